@@ -1,0 +1,5 @@
+"""`python -m scrun_py` is the same as the `scrun-py` console script."""
+
+from scrun_py.cli import main
+
+main()

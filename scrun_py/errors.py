@@ -1,0 +1,128 @@
+"""One exception hierarchy for everything scrun-py reports to its caller.
+
+Messages are one lowercase line.  Where runc has a sentinel message that
+containerd or podman match on, we use runc's exact words.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class ScrunError(Exception):
+    """Base class: ``str(err)`` is the one-line message shown to the user."""
+
+    exit_code: ClassVar[int] = 1
+
+
+class ContainerExists(ScrunError):
+    def __init__(self) -> None:
+        super().__init__("container with given ID already exists")
+
+
+class InvalidContainerId(ScrunError):
+    def __init__(self, reason: str = "") -> None:
+        msg = "invalid container ID format"
+        super().__init__(f"{msg}: {reason}" if reason else msg)
+
+
+class ContainerNotFound(ScrunError):
+    def __init__(self) -> None:
+        super().__init__("container does not exist")
+
+
+class ContainerNotRunning(ScrunError):
+    def __init__(self) -> None:
+        super().__init__("container not running")
+
+
+class ContainerStillRunning(ScrunError):
+    def __init__(self) -> None:
+        super().__init__("container still running")
+
+
+class InvalidTransition(ScrunError):
+    """A verb that the container's current status does not allow."""
+
+
+class NotSupported(ScrunError):
+    def __init__(self, verb: str) -> None:
+        super().__init__(f"{verb} is not supported by scrun-py")
+
+
+class UsageError(ScrunError):
+    exit_code: ClassVar[int] = 2
+
+
+class ConfigError(ScrunError):
+    """A configuration file or value is invalid."""
+
+
+class OciConfError(ConfigError):
+    pass
+
+
+class BundleError(ConfigError):
+    pass
+
+
+class HookError(ScrunError):
+    """scrun.lua failed to load or a hook failed."""
+
+
+class AnchorError(ScrunError):
+    pass
+
+
+class AnchorUnreachable(AnchorError):
+    pass
+
+
+class AnchorStartupFailed(AnchorError):
+    pass
+
+
+class ProtocolError(AnchorError):
+    pass
+
+
+class PermissionDenied(AnchorError):
+    pass
+
+
+class SlurmError(ScrunError):
+    """A Slurm client command failed or timed out."""
+
+
+class AllocationFailed(SlurmError):
+    pass
+
+
+class StepLaunchFailed(SlurmError):
+    pass
+
+
+
+
+def _register(*classes: type[ScrunError]) -> dict[str, type[ScrunError]]:
+    return {cls.__name__: cls for cls in classes}
+
+
+def error_kind(err: BaseException) -> str:
+    """Name used to carry an error across the control socket."""
+    return type(err).__name__ if isinstance(err, ScrunError) else "ScrunError"
+
+
+def rebuild(kind: str, message: str) -> ScrunError:
+    """Turn a (kind, message) pair from the anchor back into the same class."""
+    registry = _register(
+        ScrunError, ContainerExists, InvalidContainerId, ContainerNotFound,
+        ContainerNotRunning, ContainerStillRunning, InvalidTransition, NotSupported,
+        UsageError, ConfigError, OciConfError, BundleError, HookError, AnchorError,
+        AnchorUnreachable, AnchorStartupFailed, ProtocolError, PermissionDenied,
+        SlurmError, AllocationFailed, StepLaunchFailed,
+    )
+    cls = registry.get(kind, ScrunError)
+    err = ScrunError.__new__(cls)
+    Exception.__init__(err, message)
+    return err

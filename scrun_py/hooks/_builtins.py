@@ -1,0 +1,268 @@
+"""Pure-Python bodies of the ``slurm.*`` helpers (time strings, shell commands, JSON) and
+of the runtime setup (module search paths, cluster name).
+
+No lupa here: Lua values arrive through the small ``LuaBridge`` protocol, so this module
+stays importable (and testable) without a Lua runtime.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sysconfig
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from scrun_py.hooks.spec import TIME_STR_INFINITE, TIME_STR_INVALID
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+MAX_DEPTH = 200
+TIMEOUT_STATUS = 124  # what GNU timeout(1) exits with; Slurm itself has no timeout here
+
+
+# -- time strings ---------------------------------------------------------------------------
+
+def _valid_timespec(text: str) -> bool:
+    # Same acceptance rules as Slurm's parse_time.c: only digits, '-' and ':', at most one
+    # '-' (before any ':'), at most two ':', and enough digit groups for the separators.
+    groups = dashes = colons = 0
+    in_digits = False
+    for ch in text:
+        if ch.isascii() and ch.isdigit():
+            if not in_digits:
+                groups += 1
+                in_digits = True
+        elif ch == "-":
+            in_digits = False
+            dashes += 1
+            if colons:
+                return False
+        elif ch == ":":
+            in_digits = False
+            colons += 1
+        else:
+            return False
+    if not groups or dashes > 1 or colons > 2:
+        return False
+    needed = {0: 1, 1: 2, 2: 3}[colons] + (1 if dashes and colons else 0)
+    return groups >= needed
+
+
+def _c_div(num: int, den: int) -> int:
+    """Integer division truncating toward zero, as C does."""
+    quotient = abs(num) // den
+    return quotient if num >= 0 else -quotient
+
+
+def time_str2mins(text: str | None) -> int:
+    """Minutes in a Slurm time string, seconds rounded up to the next minute.
+
+    Formats: ``m``, ``m:s``, ``h:m:s``, ``d-h``, ``d-h:m``, ``d-h:m:s``. ``-1``, ``INFINITE``
+    and ``UNLIMITED`` (any case) give ``TIME_STR_INFINITE`` (-1); anything else, including
+    ``nil`` and the empty string, gives ``TIME_STR_INVALID`` (-2).
+    """
+    if not text:
+        return TIME_STR_INVALID
+    if text.lower() in ("-1", "infinite", "unlimited"):
+        return TIME_STR_INFINITE
+    if not _valid_timespec(text):
+        return TIME_STR_INVALID
+    if "-" in text:
+        # sscanf("%d-%d:%d:%d"): "-5" reads the sign into the day count.
+        day_part, _, clock = text.partition("-")
+        fields = [int(f) for f in clock.split(":")] if clock else []
+        if not day_part:
+            days, fields = -fields[0], []
+        else:
+            days = int(day_part)
+        hours, minutes, seconds = [*fields, 0, 0, 0][:3]
+    else:
+        fields = [int(f) for f in text.split(":")]
+        days = 0
+        if len(fields) == 3:
+            hours, minutes, seconds = fields
+        else:
+            hours, minutes, seconds = 0, fields[0], [*fields, 0][1]
+    total_s = days * 86400 + hours * 3600 + minutes * 60 + seconds
+    return _c_div(total_s + 59, 60)
+
+
+# -- shell commands -------------------------------------------------------------------------
+
+def command_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The job env, plus our own PATH when the job env has none (so ``/bin/sh`` finds tools)."""
+    merged = dict(env)
+    if "PATH" not in merged and "PATH" in os.environ:
+        merged["PATH"] = os.environ["PATH"]
+    return merged
+
+
+def run_command(argv: list[str], env: Mapping[str, str],
+                timeout_s: float | None) -> tuple[int, bytes, bool]:
+    """Run ``argv`` with stdin from /dev/null; return (status, stdout+stderr, timed_out).
+
+    ``status`` is the exit code, 128+N for death by signal N, 127 when the program cannot
+    be started and 124 after ``timeout_s`` (the whole process group is killed).
+    """
+    try:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, env=command_env(env), start_new_session=True)
+    except OSError as exc:
+        return 127, f"{argv[0]}: {exc.strerror}\n".encode(), False
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        return TIMEOUT_STATUS, out, True
+    status = proc.returncode
+    return (128 - status if status < 0 else status), out, False
+
+
+# -- runtime setup ---------------------------------------------------------------------------
+
+def system_search_paths(version: tuple[int, int]) -> tuple[str, str]:
+    """Distro module dirs (Debian, RHEL) for this Lua version, as Slurm's system Lua has them.
+
+    lupa's bundled Lua only searches /usr/local; returns (path, cpath) suffixes.
+    """
+    ver = f"{version[0]}.{version[1]}"
+    multiarch = sysconfig.get_config_var("MULTIARCH")
+    c_dirs = [f"/usr/lib/{multiarch}/lua/{ver}"] if multiarch else []
+    c_dirs += [f"/usr/lib64/lua/{ver}", f"/usr/lib/lua/{ver}"]
+    share = f"/usr/share/lua/{ver}"
+    path = f";{share}/?.lua;{share}/?/init.lua" if os.path.isdir(share) else ""
+    cpath = "".join(f";{d}/?.so" for d in c_dirs if os.path.isdir(d))
+    return path, cpath
+
+
+def cluster_name(slurm_conf: Path | None) -> str | None:
+    """``ClusterName`` from slurm.conf (for ``slurm.CLUSTER_NAME``), or ``None``."""
+    if slurm_conf is None:
+        return None
+    try:
+        text = slurm_conf.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    match = re.search(r"(?im)^\s*ClusterName\s*=\s*([^\s#]+)", text)
+    return match.group(1) if match else None
+
+
+# -- JSON <-> Lua ---------------------------------------------------------------------------
+
+class LuaTableLike(Protocol):
+    def items(self) -> Iterable[tuple[Any, Any]]: ...
+
+
+class LuaBridge(Protocol):
+    """What the JSON conversion needs from the Lua runtime."""
+
+    def kind_of(self, value: Any) -> str:
+        """``"null"``, ``"array"``, ``"object"``, ``"table"`` or a Lua type name."""
+        ...
+
+    def new_table(self, kind: str) -> Any:
+        """A new Lua table tagged ``"array"`` or ``"object"``."""
+        ...
+
+
+class JsonConversionError(ValueError):
+    pass
+
+
+def _key_to_str(key: Any) -> str:
+    if isinstance(key, str):
+        return key
+    if isinstance(key, bool):
+        raise JsonConversionError("a boolean table key cannot be a JSON object key")
+    if isinstance(key, int):
+        return str(key)
+    if isinstance(key, float):
+        return str(int(key)) if key.is_integer() else repr(key)
+    raise JsonConversionError("a table used as a key cannot be a JSON object key")
+
+
+def _is_sequence(keys: list[Any]) -> bool:
+    ints = [k for k in keys if isinstance(k, int) and not isinstance(k, bool)]
+    return len(ints) == len(keys) and sorted(ints) == list(range(1, len(keys) + 1))
+
+
+def lua_to_py(value: Any, bridge: LuaBridge, depth: int = 0) -> Any:
+    """Turn a Lua value (as lupa hands it over) into plain JSON-able Python data."""
+    if depth > MAX_DEPTH:
+        raise JsonConversionError(f"nesting deeper than {MAX_DEPTH} (a cycle?)")
+    if value is None or isinstance(value, (bool, str, int)):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise JsonConversionError(f"{value} is not a valid JSON number")
+        return value
+    kind = bridge.kind_of(value)
+    if kind == "null":
+        return None
+    if kind not in ("array", "object", "table"):
+        raise JsonConversionError(f"a Lua {kind} cannot be converted to JSON")
+    table: LuaTableLike = value
+    pairs = list(table.items())
+    keys = [k for k, _ in pairs]
+    if kind == "array" or (kind == "table" and pairs and _is_sequence(keys)):
+        # A marked array may have holes (nil from json.decode's null); they become null.
+        if not all(isinstance(k, int) and not isinstance(k, bool) and k > 0 for k in keys):
+            raise JsonConversionError("a table marked as a JSON array has keys other than "
+                                      "positive integers")
+        length = max(keys, default=0)
+        if length > 2 * len(keys) + 16:
+            raise JsonConversionError("a table marked as a JSON array is too sparse")
+        by_index = dict(pairs)
+        return [lua_to_py(by_index.get(i), bridge, depth + 1) for i in range(1, length + 1)]
+    return {_key_to_str(k): lua_to_py(v, bridge, depth + 1) for k, v in pairs}
+
+
+def py_to_lua(value: Any, bridge: LuaBridge, null: Any) -> Any:
+    """Turn parsed JSON into Lua values: tagged tables, ``null`` for JSON null."""
+    if value is None:
+        return null
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value if INT64_MIN <= value <= INT64_MAX else float(value)
+    if isinstance(value, dict):
+        table = bridge.new_table("object")
+        for key, item in value.items():
+            converted = py_to_lua(item, bridge, null)
+            if converted is not None:
+                table[key] = converted
+        return table
+    if isinstance(value, list):
+        table = bridge.new_table("array")
+        for index, item in enumerate(value, start=1):
+            converted = py_to_lua(item, bridge, null)
+            if converted is not None:
+                table[index] = converted
+        return table
+    return value
+
+
+def _reject_constant(name: str) -> None:
+    raise JsonConversionError(f"{name} is not valid JSON")
+
+
+def parse_json(text: str) -> Any:
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise JsonConversionError(f"invalid JSON: {exc}") from None
+
+
+def dump_json(data: Any, pretty: bool) -> str:
+    if pretty:
+        return json.dumps(data, ensure_ascii=False, sort_keys=True, indent=2)
+    return json.dumps(data, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
