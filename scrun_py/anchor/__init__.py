@@ -1,0 +1,1 @@
+"""The per-container anchor process: owns the control socket, the Slurm job and the step."""

@@ -1,0 +1,1 @@
+"""One module per OCI verb; each exposes `run(inv, ...)`."""

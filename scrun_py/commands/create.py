@@ -1,0 +1,76 @@
+"""`create`: validate, make the spool dir, start the anchor, wait until the container
+is created (job allocated, stage_in done) or creation failed."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from scrun_py import spool
+from scrun_py.anchor import readiness
+from scrun_py.anchor.spec import AnchorSpec
+from scrun_py.errors import AnchorStartupFailed, ScrunError, rebuild
+from scrun_py.logs import rfc3339_now
+from scrun_py.settings import Invocation
+
+
+def run(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | None,
+        console_socket: str | None) -> subprocess.Popen[bytes]:
+    """Create the container; return the anchor process handle (used by `run`)."""
+    from scrun_py.oci.bundle import load_bundle
+
+    spool.validate_id(container_id)
+    bundle_path = os.path.abspath(bundle) if bundle else os.getcwd()
+    loaded = load_bundle(bundle_path)
+    pid_path = os.path.abspath(pid_file) if pid_file else ""
+    if pid_path and not os.path.isdir(os.path.dirname(pid_path)):
+        raise ScrunError(f"pid file directory does not exist: {os.path.dirname(pid_path)}")
+    if console_socket and not loaded.config.process.terminal:
+        console_socket = None  # runc ignores it when no terminal is requested
+    spool.ensure_root(inv.root)
+    cdir = spool.make_container_dir(inv.root, container_id)
+    read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+    spec = AnchorSpec(
+        container_id=container_id, root=str(inv.root), bundle=bundle_path,
+        orig_bundle=os.path.abspath(bundle) if bundle else "", pid_file=pid_path,
+        console_socket=os.path.abspath(console_socket) if console_socket else "",
+        log_path=str(inv.log_path) if inv.log_path else "", log_format=inv.log_format,
+        debug=inv.debug, verbosity=inv.verbosity, slurm_conf=str(inv.slurm_conf_path()),
+        ready_fd=write_fd, created=rfc3339_now())
+    try:
+        anchor = subprocess.Popen(
+            [sys.executable, "-m", "scrun_py.anchor", spec.to_json()],
+            pass_fds=(write_fd,), start_new_session=True, close_fds=True)
+    except OSError as exc:
+        os.close(read_fd)
+        os.close(write_fd)
+        spool.remove_tree(cdir)
+        raise AnchorStartupFailed(f"cannot start the container anchor: {exc.strerror}") from exc
+    os.close(write_fd)
+
+    def forward(signum: int, _frame: object) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            anchor.send_signal(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, forward)
+    try:
+        result = readiness.read_result(read_fd, None)
+    finally:
+        os.close(read_fd)
+    if result is not None and result.get("ok"):
+        return anchor
+    rc = anchor.wait()
+    spool.remove_tree(cdir)
+    if result is None:
+        raise AnchorStartupFailed(f"container anchor exited during create (status {rc})")
+    raise rebuild(str(result.get("kind", "ScrunError")),
+                  str(result.get("message", "create failed")))
+
+
+def pid_file_path(value: str | None) -> Path | None:
+    return Path(os.path.abspath(value)) if value else None

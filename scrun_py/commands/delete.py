@@ -1,0 +1,62 @@
+"""`delete [--force] ID`: tear the container down and remove every trace of it."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from scrun_py import client, spool, store
+from scrun_py.errors import AnchorUnreachable, ContainerNotFound, ContainerStillRunning
+from scrun_py.settings import Invocation
+from scrun_py.status import Status
+
+ANCHOR_EXIT_WAIT_S = 15.0
+
+
+def run(inv: Invocation, container_id: str, force: bool) -> None:
+    cdir = spool.container_dir(inv.root, container_id)
+    try:
+        record = store.load(inv.root, container_id)
+    except ContainerNotFound:
+        # runc delete.go: a half-created dir is removed; with --force that is success.
+        if cdir.is_dir() and not (cdir / spool.SOCKET_NAME).exists():
+            spool.remove_tree(cdir)
+            return
+        if force:
+            return
+        raise
+    status = store.effective_status(record)
+    if status is not Status.STOPPED:
+        if status is Status.RUNNING and not force:
+            raise ContainerStillRunning()
+        try:
+            client.request(inv.root, container_id, "delete", timeout_s=None, force=force)
+        except AnchorUnreachable:
+            pass
+        _wait_anchor_exit(record)
+    else:
+        _clean_after_dead_anchor(inv, record)
+    if record.pid_file and record.anchor_pid:
+        spool.remove_pid_file(Path(record.pid_file), record.anchor_pid)
+    spool.remove_tree(cdir)
+
+
+def _wait_anchor_exit(record: store.ContainerRecord) -> None:
+    deadline = time.monotonic() + ANCHOR_EXIT_WAIT_S
+    while store.anchor_alive(record) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def _clean_after_dead_anchor(inv: Invocation, record: store.ContainerRecord) -> None:
+    """The anchor died without finishing (e.g. SIGKILL): end its job ourselves."""
+    if record.status == Status.STOPPED.value or not record.job_id or not record.owns_job:
+        return
+    import subprocess
+
+    from scrun_py.slurm.argv import build_scancel_argv
+
+    try:
+        subprocess.run(build_scancel_argv(record.job_id), capture_output=True, timeout=30,
+                       check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        pass

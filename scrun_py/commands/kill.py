@@ -1,0 +1,20 @@
+"""`kill [--all] ID [SIGNAL]`: signal the container (through its job)."""
+
+from __future__ import annotations
+
+from scrun_py import client, store
+from scrun_py.errors import AnchorUnreachable, ContainerNotRunning
+from scrun_py.settings import Invocation
+from scrun_py.signames import parse_signal
+from scrun_py.status import Status
+
+
+def run(inv: Invocation, container_id: str, signal: str | None) -> None:
+    sig = parse_signal(signal or "TERM")
+    record = store.load(inv.root, container_id)
+    if store.effective_status(record) is Status.STOPPED:
+        raise ContainerNotRunning()
+    try:
+        client.request(inv.root, container_id, "kill", timeout_s=120, signal=sig)
+    except AnchorUnreachable as exc:
+        raise ContainerNotRunning() from exc

@@ -1,0 +1,1 @@
+"""OCI bundle (config.json) and OCI state document."""

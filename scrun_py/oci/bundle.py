@@ -1,0 +1,108 @@
+"""Load and validate an OCI bundle's config.json (the fields scrun-py reads).
+
+The model types only what we use; unknown fields are kept (extra="allow").
+Constructing a model does no I/O; `load_bundle` reads the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+from scrun_py.errors import BundleError
+
+ENV_IMPORT_PREFIXES = ("SCRUN_", "SLURM_")
+
+
+class _Root(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    path: str
+    readonly: bool = False
+
+
+class _Process(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    args: list[str]
+    env: list[str] = []
+    terminal: bool = False
+    cwd: str = "/"
+
+    @field_validator("args")
+    @classmethod
+    def _args_not_empty(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("must not be empty")
+        return v
+
+
+class OciConfig(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    ociVersion: str  # noqa: N815 - the JSON key
+    root: _Root
+    process: _Process
+    annotations: dict[str, str] = {}
+
+
+@dataclass(frozen=True)
+class Bundle:
+    path: Path
+    config: OciConfig
+    rootfs: Path
+
+    @property
+    def config_file(self) -> Path:
+        return self.path / "config.json"
+
+    def imported_env(self) -> dict[str, str]:
+        """SCRUN_* and SLURM_* entries of process.env: what `docker run -e` may steer.
+
+        Slurm imports every entry into its own environment (scrun.md §14.1);
+        we import only these two prefixes.
+        """
+        out: dict[str, str] = {}
+        for entry in self.config.process.env:
+            name, sep, value = entry.partition("=")
+            if sep and name.startswith(ENV_IMPORT_PREFIXES):
+                out[name] = value
+        return out
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"]) or "config"
+    msg = str(err["msg"])
+    if err["type"] == "missing":
+        return f"{where} is required"
+    return f"{where}: {msg[0].lower() + msg[1:]}"
+
+
+def load_bundle(path: str | Path) -> Bundle:
+    bundle = Path(os.path.abspath(path))
+    if not bundle.is_dir():
+        raise BundleError(f"bundle {bundle}: not a directory")
+    cfg_path = bundle / "config.json"
+    try:
+        raw: Any = json.loads(cfg_path.read_bytes())
+    except FileNotFoundError as exc:
+        raise BundleError(f"bundle {bundle}: config.json not found") from exc
+    except PermissionError as exc:
+        raise BundleError(f"bundle {bundle}: config.json is not readable") from exc
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise BundleError(f"bundle {bundle}: config.json is not valid JSON: {exc}") from exc
+    except OSError as exc:
+        raise BundleError(f"bundle {bundle}: cannot read config.json: {exc.strerror}") from exc
+    if not isinstance(raw, dict):
+        raise BundleError(f"bundle {bundle}: config.json must be a JSON object")
+    try:
+        config = OciConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise BundleError(f"bundle {bundle}: config.json: {_first_error(exc)}") from exc
+    rootfs = Path(os.path.normpath(bundle / config.root.path))
+    if not rootfs.is_dir():
+        raise BundleError(f"bundle {bundle}: rootfs {rootfs} is not a directory")
+    return Bundle(path=bundle, config=config, rootfs=rootfs)

@@ -1,0 +1,47 @@
+"""Resolved global options of one invocation.  No I/O beyond reading the environment."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_SLURM_CONF = Path("/etc/slurm/slurm.conf")
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """Global options, resolved once by the CLI group and passed to every verb."""
+
+    root: Path
+    log_path: Path | None = None
+    log_format: str = "text"
+    debug: bool = False
+    verbosity: int = 0
+    slurm_conf: Path | None = None
+
+    def slurm_conf_path(self) -> Path:
+        if self.slurm_conf is not None:
+            return self.slurm_conf
+        env = os.environ.get("SLURM_CONF")
+        return Path(env) if env else DEFAULT_SLURM_CONF
+
+
+def default_root(environ: dict[str, str] | None = None, uid: int | None = None) -> Path:
+    """Where spool dirs live when --root is not given.
+
+    Slurm's scrun documents `/run/user/<uid>/scrun/` but uses the bare runtime
+    dir; we use the documented `scrun` sub-directory (scrun.md §2.2, §14.13).
+    """
+    env = os.environ if environ is None else environ
+    uid = os.getuid() if uid is None else uid
+    xdg = env.get("XDG_RUNTIME_DIR")
+    if xdg:
+        return Path(xdg) / "scrun"
+    if uid == 0:
+        return Path("/run/scrun")
+    run_user = Path(f"/run/user/{uid}")
+    if os.access(run_user, os.W_OK):
+        return run_user / "scrun"
+    tmp = env.get("TMPDIR") or "/tmp"
+    return Path(tmp) / f"scrun-{uid}"

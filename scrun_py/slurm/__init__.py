@@ -1,0 +1,1 @@
+"""Everything that talks to Slurm: the SCRUN_* option table, argv builders, backends."""

@@ -1,0 +1,92 @@
+"""Pure argv builders for the Slurm commands scrun-py runs (golden-tested)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from scrun_py.slurm.options import JOB_NAME
+
+# The allocation's "shell": report the job environment on stdout, then wait for
+# the anchor to write the container's exit code on stdin and exit with it, so
+# salloc completes the job as COMPLETED or FAILED with that code.  If the anchor
+# dies, stdin reaches EOF and the job ends by itself (no orphan job).
+HOLDER_SCRIPT = 'env -0; printf "\\0SCRUN-PY-READY\\0"; read rc || rc=1; exit "${rc:-1}"'
+READY_MARKER = b"\0SCRUN-PY-READY\0"
+
+
+def build_salloc_argv(alloc_opts: Sequence[str], salloc: str = "salloc") -> list[str]:
+    return [salloc, f"--job-name={JOB_NAME}", *alloc_opts, "--", "/bin/sh", "-c", HOLDER_SCRIPT]
+
+
+def build_srun_argv(*, job_id: int, container_id: str, bundle: str, args: Sequence[str],
+                    step_opts: Sequence[str] = (), srun_path: str = "srun",
+                    srun_args: Sequence[str] = (), pty: bool = False,
+                    container_id_flag: bool = True) -> list[str]:
+    """The container step: slurmstepd runs the OCI runtime from oci.conf on the bundle."""
+    argv = [srun_path, *srun_args, f"--jobid={job_id}", f"--job-name={JOB_NAME}", "--no-kill",
+            "--quiet"]
+    if container_id_flag:
+        argv.append(f"--container-id={container_id}")
+    argv += [f"--container={bundle}", "--export=NONE"]
+    if pty:
+        argv.append("--pty")
+    argv += [*step_opts, "--", *args]
+    return argv
+
+
+def build_command_step_argv(*, job_id: int, command: str, srun_path: str = "srun",
+                            srun_args: Sequence[str] = (), name: str = "lua-command",
+                            overlap: bool = True) -> list[str]:
+    """A helper step on every node of the job running `/bin/sh -c command`."""
+    argv = [srun_path, *srun_args, f"--jobid={job_id}", f"--job-name={name}", "--no-kill",
+            "--quiet", "--ntasks-per-node=1"]
+    if overlap:
+        argv.append("--overlap")
+    return [*argv, "--", "/bin/sh", "-c", command]
+
+
+def build_scancel_argv(job_id: int, *, signal: int | None = None, full: bool = False,
+                       step_id: int | None = None) -> list[str]:
+    argv = ["scancel"]
+    if signal is not None:
+        argv.append(f"--signal={signal}")
+    if full:
+        argv.append("--full")
+    argv.append(f"{job_id}.{step_id}" if step_id is not None else str(job_id))
+    return argv
+
+
+def build_step_list_argv(job_id: int) -> list[str]:
+    return ["squeue", "--noheader", "--steps", f"--jobs={job_id}", "--format=%i|%j"]
+
+
+def build_job_state_argv(job_id: int) -> list[str]:
+    return ["squeue", "--noheader", f"--jobs={job_id}", "--format=%T"]
+
+
+def signal_shell_command(kill_pattern: str, *, job_id: int, step_id: int, signal: int) -> str:
+    """Deliver `signal` to the container through the runtime's own kill command.
+
+    oci.conf's RunTimeKill (e.g. `crun … kill -a %n.%u.%j.%s.%t`) names the
+    container; we append the signal number.  Node-local values are expanded by
+    the shell on the node.  (Slurm turns every step signal into kill+delete for
+    container steps, so a trap in the container would never run.)
+    """
+    out: list[str] = []
+    i = 0
+    values = {
+        "%": "%", "j": str(job_id), "s": str(step_id), "t": "0",
+        "n": '"${SLURMD_NODENAME}"', "u": '"$(id -un)"', "U": '"$(id -u)"',
+    }
+    while i < len(kill_pattern):
+        ch = kill_pattern[i]
+        if ch == "%" and i + 1 < len(kill_pattern):
+            tok = kill_pattern[i + 1]
+            if tok not in values:
+                raise ValueError(f"%{tok}")
+            out.append(values[tok])
+            i += 2
+            continue
+        out.append(ch)
+        i += 1
+    return "".join(out) + f" {signal}"

@@ -1,0 +1,156 @@
+"""SCRUN_* input variables → salloc/srun options (scrun.md §6.2).  Pure.
+
+Slurm applies every variable as the environment form of a salloc option; the
+ones that only exist for srun make Slurm's anchor fatal.  We apply those to the
+container step instead, which is what a user setting them means.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Where = Literal["alloc", "step", "removed"]
+
+
+@dataclass(frozen=True)
+class Opt:
+    option: str
+    where: Where = "alloc"
+    flag: bool = False
+
+
+SCRUN_OPTIONS: dict[str, Opt] = {
+    "SCRUN_ACCOUNT": Opt("--account"),
+    "SCRUN_ACCTG_FREQ": Opt("--acctg-freq"),
+    "SCRUN_BURST_BUFFER": Opt("--bb"),
+    "SCRUN_CLUSTER_CONSTRAINT": Opt("--cluster-constraint"),
+    "SCRUN_CLUSTERS": Opt("--clusters"),
+    "SCRUN_CONSTRAINT": Opt("--constraint"),
+    "SCRUN_CORE_SPEC": Opt("--core-spec"),
+    "SCRUN_CPU_BIND": Opt("--cpu-bind", "step"),
+    "SCRUN_CPU_FREQ_REQ": Opt("--cpu-freq"),
+    "SCRUN_CPUS_PER_GPU": Opt("--cpus-per-gpu"),
+    "SCRUN_CPUS_PER_TASK": Opt("--cpus-per-task"),
+    "SCRUN_DELAY_BOOT": Opt("--delay-boot"),
+    "SCRUN_DEPENDENCY": Opt("--dependency"),
+    "SCRUN_DISTRIBUTION": Opt("--distribution"),
+    "SCRUN_EPILOG": Opt("--epilog", "step"),
+    "SCRUN_EXACT": Opt("--exact", "step", flag=True),
+    "SCRUN_EXCLUSIVE": Opt("--exclusive", flag=True),
+    "SCRUN_GPU_BIND": Opt("--gpu-bind"),
+    "SCRUN_GPU_FREQ": Opt("--gpu-freq"),
+    "SCRUN_GPUS": Opt("--gpus"),
+    "SCRUN_GPUS_PER_NODE": Opt("--gpus-per-node"),
+    "SCRUN_GPUS_PER_SOCKET": Opt("--gpus-per-socket"),
+    "SCRUN_GPUS_PER_TASK": Opt("--gpus-per-task"),
+    "SCRUN_GRES_FLAGS": Opt("--gres-flags"),
+    "SCRUN_GRES": Opt("--gres"),
+    "SCRUN_HINT": Opt("--hint"),
+    "SCRUN_JOB_NAME": Opt("--job-name"),
+    "SCRUN_JOB_NODELIST": Opt("--nodelist"),
+    "SCRUN_JOB_NUM_NODES": Opt("--nodes"),
+    "SCRUN_LABELIO": Opt("--label", "step", flag=True),
+    "SCRUN_MEM_BIND": Opt("--mem-bind"),
+    "SCRUN_MEM_PER_CPU": Opt("--mem-per-cpu"),
+    "SCRUN_MEM_PER_GPU": Opt("--mem-per-gpu"),
+    "SCRUN_MEM_PER_NODE": Opt("--mem"),
+    "SCRUN_MPI_TYPE": Opt("--mpi", "step"),
+    "SCRUN_NCORES_PER_SOCKET": Opt("--cores-per-socket"),
+    "SCRUN_NETWORK": Opt("--network"),
+    "SCRUN_NSOCKETS_PER_NODE": Opt("--sockets-per-node"),
+    "SCRUN_NTASKS": Opt("--ntasks"),
+    "SCRUN_NTASKS_PER_CORE": Opt("--ntasks-per-core"),
+    "SCRUN_NTASKS_PER_GPU": Opt("--ntasks-per-gpu"),
+    "SCRUN_NTASKS_PER_NODE": Opt("--ntasks-per-node"),
+    "SCRUN_NTASKS_PER_TRES": Opt("--ntasks-per-tres"),
+    "SCRUN_OPEN_MODE": Opt("--open-mode", "step"),
+    "SCRUN_OVERCOMMIT": Opt("--overcommit", flag=True),
+    "SCRUN_OVERLAP": Opt("--overlap", "step", flag=True),
+    "SCRUN_PARTITION": Opt("--partition"),
+    "SCRUN_POWER": Opt("--power", "removed"),
+    "SCRUN_PROFILE": Opt("--profile"),
+    "SCRUN_PROLOG": Opt("--prolog", "step"),
+    "SCRUN_QOS": Opt("--qos"),
+    "SCRUN_REMOTE_CWD": Opt("--chdir"),
+    "SCRUN_REQ_SWITCH": Opt("--switches"),
+    "SCRUN_RESERVATION": Opt("--reservation"),
+    "SCRUN_SIGNAL": Opt("--signal"),
+    "SCRUN_SLURMD_DEBUG": Opt("--slurmd-debug", "step"),
+    "SCRUN_SPREAD_JOB": Opt("--spread-job", flag=True),
+    "SCRUN_TASK_EPILOG": Opt("--task-epilog", "step"),
+    "SCRUN_TASK_PROLOG": Opt("--task-prolog", "step"),
+    "SCRUN_THREAD_SPEC": Opt("--thread-spec"),
+    "SCRUN_THREADS_PER_CORE": Opt("--threads-per-core"),
+    "SCRUN_THREADS": Opt("--threads", "step"),
+    "SCRUN_TIMELIMIT": Opt("--time"),
+    "SCRUN_TRES_BIND": Opt("--tres-bind"),
+    "SCRUN_TRES_PER_TASK": Opt("--tres-per-task"),
+    "SCRUN_UNBUFFEREDIO": Opt("--unbuffered", "step", flag=True),
+    "SCRUN_USE_MIN_NODES": Opt("--use-min-nodes", flag=True),
+    "SCRUN_WAIT4SWITCH": Opt("--switches"),
+    "SCRUN_WCKEY": Opt("--wckey"),
+    "SCRUN_WORKING_DIR": Opt("--chdir"),
+}
+
+# Slurm forces the job name; SCRUN_JOB_NAME is parsed and then overridden.
+JOB_NAME = "scrun"
+_EXCLUSIVE_VALUES = ("user", "mcs", "topo")
+
+
+def flag_is_set(value: str) -> bool:
+    """Slurm's env-flag rule: empty, `yes` or a non-zero integer means set."""
+    v = value.strip().lower()
+    if v in ("", "yes"):
+        return True
+    try:
+        return int(v) != 0
+    except ValueError:
+        return False
+
+
+@dataclass
+class JobOptions:
+    alloc: list[str] = field(default_factory=list)
+    step: list[str] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)
+
+
+def job_options(environ: dict[str, str]) -> JobOptions:
+    """Translate SCRUN_* variables of `environ` into salloc and srun options."""
+    out = JobOptions()
+    chdir: str | None = None
+    switches: str | None = environ.get("SCRUN_REQ_SWITCH")
+    wait4 = environ.get("SCRUN_WAIT4SWITCH")
+    for name in sorted(SCRUN_OPTIONS):
+        if name not in environ:
+            continue
+        opt, value = SCRUN_OPTIONS[name], environ[name]
+        if name == "SCRUN_JOB_NAME":
+            out.ignored.append(name)
+            continue
+        if name in ("SCRUN_REMOTE_CWD", "SCRUN_WORKING_DIR"):
+            continue
+        if name in ("SCRUN_REQ_SWITCH", "SCRUN_WAIT4SWITCH"):
+            continue
+        if opt.where == "removed":
+            out.ignored.append(name)
+            continue
+        target = out.alloc if opt.where == "alloc" else out.step
+        if name == "SCRUN_EXCLUSIVE" and value.strip().lower() in _EXCLUSIVE_VALUES:
+            target.append(f"{opt.option}={value.strip().lower()}")
+        elif opt.flag:
+            if flag_is_set(value):
+                target.append(opt.option)
+        else:
+            target.append(f"{opt.option}={value}")
+    # WORKING_DIR is applied after REMOTE_CWD in Slurm, so it wins.
+    for name in ("SCRUN_REMOTE_CWD", "SCRUN_WORKING_DIR"):
+        if environ.get(name):
+            chdir = environ[name]
+    if chdir:
+        out.alloc.append(f"--chdir={chdir}")
+    if switches or wait4:
+        spec = switches or "1"
+        out.alloc.append(f"--switches={spec}@{wait4}" if wait4 else f"--switches={spec}")
+    return out

@@ -1,0 +1,147 @@
+"""On-disk layout under --root: one 0700 directory per container.
+
+`<root>/<id>/state.json` (the record), `<root>/<id>/anchor.sock` (control
+socket).  Socket addresses go through `/proc/self/fd/<dirfd>/` so a
+200-character --root still fits in sun_path (the trick conmon uses).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+from scrun_py.errors import InvalidContainerId, ScrunError
+
+STATE_FILE = "state.json"
+SOCKET_NAME = "anchor.sock"
+MAX_ID_LEN = 1024
+# runc libcontainer: ^[\w+-\.]+$ ; "." and ".." are path components, not ids.
+_ID_RE = re.compile(r"^[\w+.-]+$", re.ASCII)
+
+
+def validate_id(container_id: str) -> str:
+    if not container_id:
+        raise InvalidContainerId("empty")
+    if len(container_id) > MAX_ID_LEN or len(container_id.encode()) > 255:
+        raise InvalidContainerId("too long")
+    if container_id in (".", "..") or not _ID_RE.match(container_id):
+        raise InvalidContainerId("only letters, digits, '_', '+', '-' and '.' are allowed")
+    return container_id
+
+
+def container_dir(root: Path, container_id: str) -> Path:
+    return root / validate_id(container_id)
+
+
+def ensure_root(root: Path) -> None:
+    """Create --root (0700) if needed; it must be a writable directory."""
+    try:
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ScrunError(f"cannot create root directory {root}: {exc.strerror}") from exc
+    if not root.is_dir():
+        raise ScrunError(f"root {root} is not a directory")
+    if not os.access(root, os.W_OK | os.X_OK):
+        raise ScrunError(f"root directory {root} is not writable")
+
+
+def make_container_dir(root: Path, container_id: str) -> Path:
+    """Create the container's spool dir atomically; an existing one means a duplicate id."""
+    from scrun_py.errors import ContainerExists
+
+    path = container_dir(root, container_id)
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError as exc:
+        raise ContainerExists() from exc
+    except OSError as exc:
+        raise ScrunError(f"cannot create {path}: {exc.strerror}") from exc
+    return path
+
+
+def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """Write a file by rename so readers never see a partial file.
+
+    The temporary name is created with O_EXCL|O_NOFOLLOW, and rename replaces
+    a symlink planted at `path` instead of following it (runc's pid file).
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    try:
+        os.rename(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_pid_file(path: Path, pid: int) -> None:
+    """Bare decimal pid, no newline, written atomically (go-runc uses strict Atoi)."""
+    try:
+        write_atomic(path, str(pid).encode(), 0o644)
+    except OSError as exc:
+        raise ScrunError(f"cannot write pid file {path}: {exc.strerror}") from exc
+
+
+def remove_pid_file(path: Path, pid: int) -> None:
+    """Remove the pid file only if it still names `pid` (never someone else's)."""
+    with contextlib.suppress(OSError):
+        if path.read_bytes().strip() == str(pid).encode():
+            path.unlink()
+
+
+@contextlib.contextmanager
+def dir_fd(path: Path) -> Iterator[int]:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def short_address(fd: int, name: str = SOCKET_NAME) -> str:
+    return f"/proc/self/fd/{fd}/{name}"
+
+
+def connect(path: Path, timeout_s: float) -> socket.socket:
+    """Connect to the anchor socket in directory `path` (any length)."""
+    with dir_fd(path) as fd:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        sock.settimeout(timeout_s)
+        try:
+            sock.connect(short_address(fd))
+        except OSError:
+            sock.close()
+            raise
+        return sock
+
+
+def bind(path: Path) -> socket.socket:
+    """Bind and listen on the anchor socket in directory `path` (0600)."""
+    with dir_fd(path) as fd:
+        address = short_address(fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(address)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        old = os.umask(0o177)
+        try:
+            sock.bind(address)
+        finally:
+            os.umask(old)
+        sock.listen(64)
+        return sock
+
+
+def remove_tree(path: Path) -> None:
+    """Remove a container dir and what we put in it; tolerate it being gone."""
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,98 @@
+"""The container record (`state.json`): written atomically by the anchor on every
+transition, read by `state`, `delete` and `kill` without talking to the anchor.
+
+The record is a cache of the anchor's state; `effective_status` refreshes it
+against the anchor process (runc refreshState), so a dead anchor reads as stopped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from scrun_py.errors import ContainerNotFound, ScrunError
+from scrun_py.spool import STATE_FILE, container_dir, write_atomic
+from scrun_py.status import Status
+
+
+@dataclass
+class ContainerRecord:
+    id: str
+    bundle: str
+    rootfs: str
+    oci_version: str = "1.0.2"
+    annotations: dict[str, str] = field(default_factory=dict)
+    status: str = Status.CREATING.value
+    anchor_pid: int = 0
+    anchor_start: str = ""
+    created: str = ""
+    owner: str = ""
+    pid_file: str = ""
+    job_id: int = 0
+    owns_job: bool = True
+    step_id: int | None = None
+    exit_code: int | None = None
+    error: str = ""
+
+    def to_json(self) -> bytes:
+        return json.dumps(dataclasses.asdict(self), separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> ContainerRecord:
+        raw = json.loads(data)
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in raw.items() if k in names})
+
+
+def save(root: Path, record: ContainerRecord) -> None:
+    write_atomic(container_dir(root, record.id) / STATE_FILE, record.to_json())
+
+
+def load(root: Path, container_id: str) -> ContainerRecord:
+    path = container_dir(root, container_id) / STATE_FILE
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError as exc:
+        raise ContainerNotFound() from exc
+    except NotADirectoryError as exc:
+        raise ContainerNotFound() from exc
+    except PermissionError as exc:
+        raise ScrunError(f"permission denied reading container state: {path}") from exc
+    try:
+        return ContainerRecord.from_json(data)
+    except (ValueError, TypeError) as exc:
+        raise ScrunError(f"corrupt container state file: {path}") from exc
+
+
+def process_start_time(pid: int) -> str:
+    """Field 22 of /proc/<pid>/stat; '' if the process is gone or a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return ""
+    rest = stat[stat.rfind(b")") + 2 :].split()
+    if not rest or rest[0] == b"Z" or rest[0] == b"X":
+        return ""
+    return rest[19].decode()
+
+
+def anchor_alive(record: ContainerRecord) -> bool:
+    if record.anchor_pid <= 0:
+        return False
+    started = process_start_time(record.anchor_pid)
+    return bool(started) and (not record.anchor_start or started == record.anchor_start)
+
+
+def effective_status(record: ContainerRecord) -> Status:
+    status = Status(record.status)
+    if status is not Status.STOPPED and not anchor_alive(record):
+        return Status.STOPPED
+    return status
+
+
+def exists(root: Path, container_id: str) -> bool:
+    return os.path.lexists(container_dir(root, container_id))
