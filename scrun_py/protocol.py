@@ -42,16 +42,18 @@ def decode(line: bytes) -> dict[str, Any]:
         raise ProtocolError("message too large")
     try:
         obj = json.loads(line)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: "[[[[…" nested too deep
         raise ProtocolError("malformed control message") from exc
-    if not isinstance(obj, dict) or obj.get("v") != VERSION:
+    # type() check: JSON `true` and `1.0` compare equal to 1 but are not version 1.
+    if not isinstance(obj, dict) or type(obj.get("v")) is not int or obj["v"] != VERSION:
         raise ProtocolError("unsupported control message version")
     return obj
 
 
 def decode_request(line: bytes) -> dict[str, Any]:
     obj = decode(line)
-    if obj.get("type") not in REQUEST_TYPES:
+    # isinstance first: a list or object `type` is unhashable and would raise TypeError.
+    if not isinstance(obj.get("type"), str) or obj["type"] not in REQUEST_TYPES:
         raise ProtocolError(f"unknown request type {obj.get('type')!r}")
     return obj
 

@@ -14,7 +14,9 @@ def parse_signal(value: str) -> int:
     text = value.strip()
     if not text:
         raise ScrunError("invalid signal: empty")
-    if text.isdigit():
+    # isascii: str.isdigit() is also true for '²' and other digits int() rejects or
+    # that runc would not take as a number.
+    if text.isascii() and text.isdigit():
         num = int(text)
         if not 1 <= num <= SIGRTMAX:
             raise ScrunError(f"invalid signal: {value}")
@@ -25,7 +27,7 @@ def parse_signal(value: str) -> int:
     if name.startswith("SIGRTMIN+") or name.startswith("SIGRTMAX-"):
         base = int(signal.SIGRTMIN if name.startswith("SIGRTMIN") else signal.SIGRTMAX)
         offset = name[9:]
-        if offset.isdigit():
+        if offset.isascii() and offset.isdigit():
             num = base + int(offset) if name.startswith("SIGRTMIN") else base - int(offset)
             if int(signal.SIGRTMIN) <= num <= SIGRTMAX:
                 return num

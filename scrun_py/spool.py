@@ -26,9 +26,11 @@ _ID_RE = re.compile(r"^[\w+.-]+$", re.ASCII)
 def validate_id(container_id: str) -> str:
     if not container_id:
         raise InvalidContainerId("empty")
-    if len(container_id) > MAX_ID_LEN or len(container_id.encode()) > 255:
+    # surrogateescape: undecodable argv bytes arrive as lone surrogates (PEP 383).
+    if len(container_id) > MAX_ID_LEN or len(container_id.encode(errors="surrogateescape")) > 255:
         raise InvalidContainerId("too long")
-    if container_id in (".", "..") or not _ID_RE.match(container_id):
+    # fullmatch: with match(), `$` also matches before a trailing newline ("c1\n").
+    if container_id in (".", "..") or not _ID_RE.fullmatch(container_id):
         raise InvalidContainerId("only letters, digits, '_', '+', '-' and '.' are allowed")
     return container_id
 

@@ -43,8 +43,12 @@ class ContainerRecord:
     @classmethod
     def from_json(cls, data: bytes) -> ContainerRecord:
         raw = json.loads(data)
+        if not isinstance(raw, dict):
+            raise ValueError("container record is not a JSON object")
         names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in raw.items() if k in names})
+        record = cls(**{k: v for k, v in raw.items() if k in names})
+        Status(record.status)  # an unknown status is a corrupt record (ValueError)
+        return record
 
 
 def save(root: Path, record: ContainerRecord) -> None:

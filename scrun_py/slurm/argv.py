@@ -68,10 +68,13 @@ def signal_shell_command(kill_pattern: str, *, job_id: int, step_id: int, signal
     """Deliver `signal` to the container through the runtime's own kill command.
 
     oci.conf's RunTimeKill (e.g. `crun … kill -a %n.%u.%j.%s.%t`) names the
-    container; we append the signal number.  Node-local values are expanded by
-    the shell on the node.  (Slurm turns every step signal into kill+delete for
-    container steps, so a trap in the container would never run.)
+    container; we append the signal number and drop `-a`/`--all`, because the
+    engine's `kill` means the container's init (and crun's --all silently signals
+    nothing for rootless containers without a cgroup).  Node-local values are
+    expanded by the shell on the node.  (Slurm turns every step signal into
+    kill+delete for container steps, so a trap in the container would never run.)
     """
+    kill_pattern = " ".join(w for w in kill_pattern.split() if w not in ("-a", "--all"))
     out: list[str] = []
     i = 0
     values = {
@@ -80,7 +83,9 @@ def signal_shell_command(kill_pattern: str, *, job_id: int, step_id: int, signal
     }
     while i < len(kill_pattern):
         ch = kill_pattern[i]
-        if ch == "%" and i + 1 < len(kill_pattern):
+        if ch == "%":
+            if i + 1 >= len(kill_pattern):
+                raise ValueError("pattern ends with a lone '%'")
             tok = kill_pattern[i + 1]
             if tok not in values:
                 raise ValueError(f"%{tok}")

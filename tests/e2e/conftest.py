@@ -1,0 +1,340 @@
+"""Fixtures for end-to-end tests against the real local cluster (scripts/cluster.sh up).
+
+Tests run scrun-py exactly as an engine does: as a separate process, with the
+caller's stdio as files/pipes, as root and as the ordinary test user.  The test
+process is a child subreaper, so each anchor is reparented to it after `create`
+exits and its exit status (the container's) can be collected with waitpid.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+STATE = Path(os.environ.get("SCRUN_TEST_STATE", "/var/lib/scrun-py-test"))
+SLURM_CONF = STATE / "slurm.conf"
+TEST_USER = os.environ.get("SCRUN_TEST_USER", "scruntest")
+VENV = Path(os.environ.get("SCRUN_TEST_VENV", "/opt/scrun-py/venv"))
+SCRUN = VENV / "bin" / "scrun-py"
+BASE = Path("/tmp/scrun-py-e2e")
+BUSYBOX_APPLETS = ("sh", "echo", "cat", "true", "false", "sleep", "printenv", "env", "id",
+                   "hostname", "ls", "test", "touch", "kill", "trap", "wc", "head")
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _cluster_problem() -> str | None:
+    if os.geteuid() != 0:
+        return "end-to-end tests run as root (they switch to the test user themselves)"
+    if not SLURM_CONF.exists():
+        return f"no local cluster ({SLURM_CONF} missing): run scripts/cluster.sh up"
+    if not SCRUN.exists():
+        return f"{SCRUN} missing: run scripts/cluster.sh up"
+    try:
+        out = subprocess.run(["sinfo", "-h", "-o", "%T"], env=slurm_env(), capture_output=True,
+                             text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"sinfo failed: {exc}"
+    if out.returncode != 0 or not out.stdout.strip():
+        return f"slurmctld not answering: {out.stderr.strip()}"
+    try:
+        pwd.getpwnam(TEST_USER)
+    except KeyError:
+        return f"test user {TEST_USER} missing: run scripts/cluster.sh up"
+    return None
+
+
+def slurm_env(**extra: str) -> dict[str, str]:
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "SLURM_CONF": str(SLURM_CONF),
+           "LANG": "C.UTF-8"}
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Path:
+    problem = _cluster_problem()
+    if problem:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"required end-to-end test cannot run under CI=true: {problem}")
+        pytest.skip(problem)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    BASE.mkdir(mode=0o755, exist_ok=True)
+    os.chmod(BASE, 0o1777)
+    return SLURM_CONF
+
+
+def squeue(*args: str) -> str:
+    return subprocess.run(["squeue", "-h", *args], env=slurm_env(), capture_output=True,
+                          text=True, timeout=30).stdout
+
+
+def scontrol_job(job_id: int) -> dict[str, str]:
+    out = subprocess.run(["scontrol", "show", "job", "-o", str(job_id)], env=slurm_env(),
+                         capture_output=True, text=True, timeout=30).stdout
+    fields: dict[str, str] = {}
+    for word in out.split():
+        key, sep, value = word.partition("=")
+        if sep:
+            fields[key] = value
+    return fields
+
+
+@dataclass
+class User:
+    name: str
+    uid: int
+    gid: int
+    home: str
+
+    @classmethod
+    def named(cls, name: str) -> User:
+        pw = pwd.getpwnam(name)
+        return cls(pw.pw_name, pw.pw_uid, pw.pw_gid, pw.pw_dir)
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = slurm_env(HOME=self.home, USER=self.name, LOGNAME=self.name)
+        env["PATH"] = f"{VENV}/bin:{env['PATH']}"
+        if self.uid != 0:
+            env["XDG_RUNTIME_DIR"] = f"/run/user/{self.uid}"
+        env.update(extra)
+        return env
+
+    def argv(self, argv: list[str]) -> list[str]:
+        if self.uid == 0:
+            return argv
+        return ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--init-groups",
+                "--", *argv]
+
+
+@dataclass
+class Bundle:
+    path: Path
+
+    @property
+    def config_file(self) -> Path:
+        return self.path / "config.json"
+
+    def config(self) -> dict[str, object]:
+        return json.loads(self.config_file.read_text())  # type: ignore[no-any-return]
+
+
+def make_rootfs(path: Path) -> None:
+    for d in ("bin", "usr/bin", "proc", "sys", "dev", "tmp", "etc"):
+        (path / d).mkdir(parents=True, exist_ok=True)
+    shutil.copy("/bin/busybox", path / "bin" / "busybox")
+    for applet in BUSYBOX_APPLETS:
+        for d in ("bin", "usr/bin"):
+            link = path / d / applet
+            if not link.exists():
+                link.symlink_to("/bin/busybox")
+    (path / "etc" / "passwd").write_text("root:x:0:0:root:/:/bin/sh\n")
+
+
+@dataclass
+class Env:
+    """One test's world: a user, a work dir, a --root, and everything it launched."""
+
+    user: User
+    work: Path
+    root: Path
+    log: Path
+    anchors: list[int] = field(default_factory=list)
+
+    def bundle(self, args: list[str], *, env: list[str] | None = None, name: str = "bundle",
+               pid_ns: bool = True, terminal: bool = False,
+               annotations: dict[str, str] | None = None) -> Bundle:
+        bdir = self.work / name
+        bdir.mkdir()
+        make_rootfs(bdir / "rootfs")
+        subprocess.run(["crun", "spec", "--rootless"], cwd=bdir, check=True, timeout=30)
+        cfg = json.loads((bdir / "config.json").read_text())
+        cfg["process"]["args"] = args
+        cfg["process"]["terminal"] = terminal
+        cfg["process"]["env"] = ["PATH=/usr/bin:/bin", "TERM=xterm", *(env or [])]
+        if not pid_ns:
+            cfg["linux"]["namespaces"] = [n for n in cfg["linux"]["namespaces"]
+                                          if n["type"] != "pid"]
+            # a rootless runtime may not mount a new proc without its own pid namespace
+            cfg["mounts"] = [m for m in cfg["mounts"] if m.get("type") != "proc"]
+        if annotations:
+            cfg["annotations"] = annotations
+        (bdir / "config.json").write_text(json.dumps(cfg, indent=2))
+        self.chown(bdir)
+        return Bundle(bdir)
+
+    def chown(self, path: Path) -> None:
+        subprocess.run(["chown", "-R", f"{self.user.uid}:{self.user.gid}", str(path)],
+                       check=True)
+
+    def cmd(self, *args: str, conf: Path | None = None, log: bool = True) -> list[str]:
+        argv = [str(SCRUN), "--root", str(self.root)]
+        if log:
+            argv += ["--log", str(self.log), "--log-format", "json"]
+        if conf is not None:
+            argv += ["-f", str(conf)]
+        return self.user.argv([*argv, *args])
+
+    def run(self, *args: str, conf: Path | None = None, timeout: float = 120,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(self.cmd(*args, conf=conf), env=env or self.user.env(),
+                              capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+
+    def create(self, cid: str, bundle: Bundle, *, stdin: int | None = None,
+               env: dict[str, str] | None = None, conf: Path | None = None,
+               extra: tuple[str, ...] = (), timeout: float = 120) -> Created:
+        out = self.work / f"{cid}.out"
+        err = self.work / f"{cid}.err"
+        pid_file = self.work / f"{cid}.pid"
+        with open(out, "wb") as fo, open(err, "wb") as fe:
+            proc = subprocess.Popen(
+                self.cmd("create", "--bundle", str(bundle.path), "--pid-file", str(pid_file),
+                         *extra, cid, conf=conf),
+                env=env or self.user.env(), stdin=stdin if stdin is not None
+                else subprocess.DEVNULL, stdout=fo, stderr=fe)
+            rc = proc.wait(timeout=timeout)
+        created = Created(self, cid, rc, out, err, pid_file)
+        if rc == 0:
+            created.anchor_pid = int(pid_file.read_text())
+            self.anchors.append(created.anchor_pid)
+        return created
+
+    def state(self, cid: str) -> dict[str, object]:
+        res = self.run("state", cid)
+        assert res.returncode == 0, res.stderr
+        assert res.stderr == ""
+        doc: dict[str, object] = json.loads(res.stdout)
+        return doc
+
+    def log_records(self) -> list[dict[str, object]]:
+        if not self.log.exists():
+            return []
+        return [json.loads(line) for line in self.log.read_text().splitlines() if line]
+
+    def errors(self) -> list[dict[str, object]]:
+        return [r for r in self.log_records() if r.get("level") == "error"]
+
+
+@dataclass
+class Created:
+    env: Env
+    cid: str
+    rc: int
+    out: Path
+    err: Path
+    pid_file: Path
+    anchor_pid: int = 0
+
+    @property
+    def pid(self) -> int:
+        """The pid `create` wrote (the anchor removes the file when it stops)."""
+        return self.anchor_pid
+
+    def stdout(self) -> str:
+        return self.out.read_text()
+
+    def stderr(self) -> str:
+        return self.err.read_text()
+
+    def wait_exit(self, timeout: float = 120) -> int:
+        """The anchor's exit status (it is our child: we are a subreaper)."""
+        pid = self.pid
+        deadline = time.monotonic() + timeout
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return os.waitstatus_to_exitcode(status)
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"anchor {pid} still running after {timeout}s")
+            time.sleep(0.02)
+
+    def job_id(self) -> int:
+        return job_id_of(self.env, self.cid)
+
+
+def job_id_of(env: Env, cid: str) -> int:
+    record = json.loads((env.root / cid / "state.json").read_text())
+    return int(record["job_id"])
+
+
+def leftovers(env: Env, cid: str, job_ids: list[int] | None = None) -> list[str]:
+    """Everything a container may leave behind; must be empty after delete."""
+    found: list[str] = []
+    if (env.root / cid).exists():
+        found.append(f"spool dir {env.root / cid}")
+    if (env.work / f"{cid}.pid").exists():
+        found.append("pid file")
+    for pid in env.anchors:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                if fh.read().split(") ")[1][0] not in "ZX":
+                    found.append(f"anchor process {pid}")
+        except OSError:
+            pass
+    for job in job_ids or []:
+        state = squeue("-j", str(job), "-o", "%T").strip()
+        if state and state not in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
+            found.append(f"job {job} {state}")
+    return found
+
+
+def reap(env: Env) -> None:
+    for pid in env.anchors:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+
+
+def _make_env(user: User) -> Iterator[Env]:
+    work = BASE / f"{user.name}-{uuid.uuid4().hex[:8]}"
+    work.mkdir(mode=0o755)
+    root = work / "root"
+    env = Env(user=user, work=work, root=root, log=work / "log.json")
+    env.chown(work)
+    yield env
+    # best effort: never leave a container of a failed test behind
+    if root.exists():
+        for cdir in root.iterdir():
+            if cdir.is_dir():
+                subprocess.run(env.cmd("delete", "--force", cdir.name, log=False),
+                               env=user.env(), capture_output=True, timeout=120)
+    reap(env)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.fixture(params=["user", "root"])
+def env(request: pytest.FixtureRequest, cluster: Path) -> Iterator[Env]:
+    """Each test runs as the ordinary test user and as root."""
+    name = TEST_USER if request.param == "user" else "root"
+    yield from _make_env(User.named(name))
+
+
+@pytest.fixture
+def user_env(cluster: Path) -> Iterator[Env]:
+    """The ordinary (rootless) test user only."""
+    yield from _make_env(User.named(TEST_USER))
+
+
+@pytest.fixture
+def conf_dir(cluster: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the cluster's config dir that a test may break (oci.conf, scrun.lua)."""
+    d = BASE / f"conf-{uuid.uuid4().hex[:8]}"
+    d.mkdir(mode=0o755)
+    for name in ("slurm.conf", "oci.conf", "cgroup.conf"):
+        if (STATE / name).exists():
+            shutil.copy(STATE / name, d / name)
+    os.chmod(d, 0o755)
+    return d

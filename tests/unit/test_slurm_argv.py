@@ -1,0 +1,240 @@
+"""Golden tests for scrun_py.slurm.argv: the Slurm command lines scrun-py runs.
+
+Each record in tests/golden/ is the exact argv (JSON, one element per line) or
+shell command of one builder call.  A missing record is written on first run
+(the test passes and says so); a mismatch fails with a line diff.  When a change
+is intended, delete the record and run the test again.
+"""
+
+# Expected value first (style.md 7.11) conflicts with SIM300 (yoda); the style guide wins.
+
+from __future__ import annotations
+
+import difflib
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from scrun_py.slurm import argv as slurm_argv
+
+GOLDEN_DIR = Path(__file__).resolve().parent.parent / "golden"
+EXAMPLE_CONF = Path(__file__).resolve().parents[2] / "oci.conf.example"
+
+# RunTimeKill patterns of oci.conf.example (the active one and the commented alternative).
+CRUN_KILL = "crun --rootless=true --root=/tmp/ocistate-%u kill -a %n.%u.%j.%s.%t"
+CRUN_KILL_UID = "crun --rootless=true --root=/run/user/%U/ kill -a %n.%u.%j.%s.%t"
+
+Rendered = list[str] | str
+
+
+def render_record(title: str, value: Rendered) -> str:
+    """A comment line naming the call, then the argv as JSON (or the command as is)."""
+    body = value if isinstance(value, str) else json.dumps(value, indent=2)
+    return f"# {title}\n{body}\n"
+
+
+def check_golden(directory: Path, name: str, text: str, note: Callable[[str], None]) -> None:
+    """Compare `text` with `<directory>/<name>.txt`, creating the record if it is missing."""
+    path = directory / f"{name}.txt"
+    if not path.exists():
+        directory.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        note(f"golden record created: {path} (review it, then commit it)")
+        return
+    recorded = path.read_text()
+    if recorded == text:
+        return
+    diff = "".join(difflib.unified_diff(
+        recorded.splitlines(keepends=True), text.splitlines(keepends=True),
+        fromfile=f"{path} (recorded)", tofile=f"{name} (actual)"))
+    pytest.fail(f"output differs from the golden record {path}:\n{diff}\n"
+                f"If the change is intended, delete {path} and run the test again.",
+                pytrace=False)
+
+
+@pytest.fixture
+def golden(capsys: pytest.CaptureFixture[str]) -> Callable[[str, str, Rendered], None]:
+    def note(msg: str) -> None:
+        with capsys.disabled():  # shown even though the test passes
+            sys.stdout.write(f"\n{msg}\n")
+
+    def check(name: str, title: str, value: Rendered) -> None:
+        check_golden(GOLDEN_DIR, name, render_record(title, value), note)
+
+    return check
+
+
+CASES: dict[str, tuple[str, Callable[[], Rendered]]] = {
+    "salloc_default": (
+        "build_salloc_argv([])",
+        lambda: slurm_argv.build_salloc_argv([])),
+    "salloc_options": (
+        "build_salloc_argv(['--partition=debug', '--time=10', '--chdir=/w'], "
+        "salloc='/usr/bin/salloc')",
+        lambda: slurm_argv.build_salloc_argv(["--partition=debug", "--time=10", "--chdir=/w"],
+                                             salloc="/usr/bin/salloc")),
+    "srun_container_id": (
+        "build_srun_argv(job_id=42, container_id='c1', bundle='/b/c1', args=['sh', '-c', "
+        "'echo hi'])",
+        lambda: slurm_argv.build_srun_argv(job_id=42, container_id="c1", bundle="/b/c1",
+                                           args=["sh", "-c", "echo hi"])),
+    "srun_no_container_id": (
+        "build_srun_argv(job_id=42, container_id='c1', bundle='/b/c1', args=['true'], "
+        "container_id_flag=False)",
+        lambda: slurm_argv.build_srun_argv(job_id=42, container_id="c1", bundle="/b/c1",
+                                           args=["true"], container_id_flag=False)),
+    "srun_pty": (
+        "build_srun_argv(job_id=42, container_id='c1', bundle='/b/c1', args=['sh'], pty=True)",
+        lambda: slurm_argv.build_srun_argv(job_id=42, container_id="c1", bundle="/b/c1",
+                                           args=["sh"], pty=True)),
+    "srun_everything": (
+        "build_srun_argv(job_id=7, container_id='web.1', bundle='/spool/web 1', "
+        "args=['/bin/echo', '--', 'a b'], step_opts=['--mpi=pmix', '--label'], "
+        "srun_path='/opt/slurm/bin/srun', srun_args=['--verbose', '--mem-bind=local'], "
+        "pty=True)",
+        lambda: slurm_argv.build_srun_argv(
+            job_id=7, container_id="web.1", bundle="/spool/web 1",
+            args=["/bin/echo", "--", "a b"], step_opts=["--mpi=pmix", "--label"],
+            srun_path="/opt/slurm/bin/srun", srun_args=["--verbose", "--mem-bind=local"],
+            pty=True)),
+    "command_step_default": (
+        "build_command_step_argv(job_id=42, command='mkdir -p /scratch/x')",
+        lambda: slurm_argv.build_command_step_argv(job_id=42, command="mkdir -p /scratch/x")),
+    "command_step_custom": (
+        "build_command_step_argv(job_id=42, command='echo \"$SLURMD_NODENAME\"', "
+        "srun_path='/opt/slurm/bin/srun', srun_args=['--verbose'], name='scrun-signal', "
+        "overlap=False)",
+        lambda: slurm_argv.build_command_step_argv(
+            job_id=42, command='echo "$SLURMD_NODENAME"', srun_path="/opt/slurm/bin/srun",
+            srun_args=["--verbose"], name="scrun-signal", overlap=False)),
+    "scancel_job": (
+        "build_scancel_argv(42)",
+        lambda: slurm_argv.build_scancel_argv(42)),
+    "scancel_signal_full": (
+        "build_scancel_argv(42, signal=15, full=True)",
+        lambda: slurm_argv.build_scancel_argv(42, signal=15, full=True)),
+    "scancel_step": (
+        "build_scancel_argv(42, signal=9, step_id=0)",
+        lambda: slurm_argv.build_scancel_argv(42, signal=9, step_id=0)),
+    "step_list": (
+        "build_step_list_argv(42)",
+        lambda: slurm_argv.build_step_list_argv(42)),
+    "job_state": (
+        "build_job_state_argv(42)",
+        lambda: slurm_argv.build_job_state_argv(42)),
+    "signal_crun": (
+        f"signal_shell_command({CRUN_KILL!r}, job_id=42, step_id=0, signal=15)",
+        lambda: slurm_argv.signal_shell_command(CRUN_KILL, job_id=42, step_id=0, signal=15)),
+    "signal_crun_uid": (
+        f"signal_shell_command({CRUN_KILL_UID!r}, job_id=7, step_id=3, signal=9)",
+        lambda: slurm_argv.signal_shell_command(CRUN_KILL_UID, job_id=7, step_id=3, signal=9)),
+}
+
+
+class TestGoldenRecords:
+    @pytest.mark.parametrize("name", sorted(CASES))
+    def test_matches_record(self, name: str,
+                            golden: Callable[[str, str, Rendered], None]) -> None:
+        """The builder's output is exactly the recorded one."""
+        title, build = CASES[name]
+        golden(name, title, build())
+
+    def test_kill_patterns_are_the_examples(self) -> None:
+        """The RunTimeKill patterns used above are the ones oci.conf.example documents."""
+        text = EXAMPLE_CONF.read_text()
+        assert f'RunTimeKill="{CRUN_KILL}"' in text
+        assert f'#RunTimeKill="{CRUN_KILL_UID}"' in text
+
+
+class TestGoldenHelper:
+    def test_creates_missing_record(self, tmp_path: Path) -> None:
+        """A missing record is written, the check passes, and a note names the file."""
+        notes: list[str] = []
+        check_golden(tmp_path, "rec", "a\nb\n", notes.append)
+        assert "a\nb\n" == (tmp_path / "rec.txt").read_text()
+        assert 1 == len(notes)
+        assert str(tmp_path / "rec.txt") in notes[0]
+
+    def test_matching_record_passes(self, tmp_path: Path) -> None:
+        """An identical record passes silently."""
+        (tmp_path / "rec.txt").write_text("a\nb\n")
+        notes: list[str] = []
+        check_golden(tmp_path, "rec", "a\nb\n", notes.append)
+        assert [] == notes
+
+    def test_mismatch_shows_line_diff(self, tmp_path: Path) -> None:
+        """A different output fails with a unified diff and says to delete the record."""
+        (tmp_path / "rec.txt").write_text("a\nb\n")
+        with pytest.raises(pytest.fail.Exception) as info:
+            check_golden(tmp_path, "rec", "a\nc\n", lambda _msg: None)
+        message = str(info.value)
+        assert "-b\n" in message
+        assert "+c\n" in message
+        assert f"delete {tmp_path / 'rec.txt'}" in message
+        assert "a\nb\n" == (tmp_path / "rec.txt").read_text()
+
+
+class TestBuilders:
+    def test_salloc_forces_job_name_first(self) -> None:
+        """salloc always gets --job-name=scrun before the caller's options."""
+        argv = slurm_argv.build_salloc_argv(["--job-name=mine"])
+        assert ["salloc", "--job-name=scrun", "--job-name=mine"] == argv[:3]
+
+    def test_salloc_shell_is_last(self) -> None:
+        """The holder script runs under /bin/sh -c after a `--` separator."""
+        argv = slurm_argv.build_salloc_argv(["--time=1"])
+        assert ["--", "/bin/sh", "-c", slurm_argv.HOLDER_SCRIPT] == argv[-4:]
+
+    def test_srun_container_args_follow_separator(self) -> None:
+        """Container arguments that look like options stay after `--`, untouched."""
+        argv = slurm_argv.build_srun_argv(job_id=1, container_id="c", bundle="/b",
+                                          args=["--help", "-x"])
+        assert ["--", "--help", "-x"] == argv[-3:]
+
+    def test_srun_without_container_id(self) -> None:
+        """With container_id_flag=False no --container-id option is emitted (Slurm < 23.02)."""
+        argv = slurm_argv.build_srun_argv(job_id=1, container_id="c", bundle="/b", args=["x"],
+                                          container_id_flag=False)
+        assert [] == [a for a in argv if a.startswith("--container-id")]
+        assert "--container=/b" in argv
+
+    def test_scancel_step(self) -> None:
+        """A step id selects `job.step`."""
+        assert ["scancel", "--signal=2", "5.1"] == slurm_argv.build_scancel_argv(
+            5, signal=2, step_id=1)
+
+
+class TestSignalShellCommand:
+    def test_crun_pattern(self) -> None:
+        """Job and step ids are substituted; node and user are left for the node's shell."""
+        cmd = slurm_argv.signal_shell_command(CRUN_KILL, job_id=42, step_id=0, signal=15)
+        expected = ('crun --rootless=true --root=/tmp/ocistate-"$(id -un)" kill -a '
+                    '"${SLURMD_NODENAME}"."$(id -un)".42.0.0 15')
+        assert expected == cmd
+
+    def test_percent_escape(self) -> None:
+        """`%%` becomes a single `%`."""
+        assert "kill 100% 9" == slurm_argv.signal_shell_command(
+            "kill 100%%", job_id=1, step_id=0, signal=9)
+
+    def test_uid(self) -> None:
+        """`%U` is the numeric uid, expanded by the node's shell."""
+        assert 'x "$(id -u)" 1' == slurm_argv.signal_shell_command(
+            "x %U", job_id=1, step_id=0, signal=1)
+
+    @pytest.mark.parametrize("pattern", [
+        "crun kill %b", "crun kill %@", "crun kill %e", "crun kill %m", "crun kill %p",
+        "crun kill %r", "crun kill %Z", "crun kill %x", "crun kill %J",
+    ])
+    def test_rejects_tokens_it_cannot_expand(self, pattern: str) -> None:
+        """A token with no value at signal time raises ValueError naming the token."""
+        with pytest.raises(ValueError, match=pattern[-2:]):
+            slurm_argv.signal_shell_command(pattern, job_id=1, step_id=0, signal=15)
+
+    def test_rejects_lone_trailing_percent(self) -> None:
+        """A pattern ending in a lone `%` is rejected, as slurmstepd's expansion rejects it."""
+        with pytest.raises(ValueError, match="%"):
+            slurm_argv.signal_shell_command("crun kill x%", job_id=1, step_id=0, signal=15)
