@@ -71,7 +71,7 @@ async def _amain(spec: AnchorSpec) -> int:
         if bundle.config.process.terminal and not spec.console_socket and not os.isatty(0):
             raise ScrunError("process.terminal is true but no --console-socket was given")
     except ScrunError as exc:
-        log.error("create failed", error=str(exc))
+        log.info("create failed", error=str(exc))
         spool.remove_tree(cdir)
         readiness.write_failed(spec.ready_fd, error_kind(exc), str(exc))
         return 1

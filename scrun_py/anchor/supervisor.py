@@ -448,7 +448,7 @@ class Supervisor:
 
     async def abort_create(self, err: BaseException) -> None:
         """create failed: end whatever exists and remove every trace."""
-        self.log.error("create failed", error=str(err), container_id=self.record.id)
+        self.log.info("create failed", error=str(err), container_id=self.record.id)
         if self.staged_in and self.ctx is not None:
             with contextlib.suppress(Exception):
                 await asyncio.to_thread(self.hooks.stage_out, self.ctx)

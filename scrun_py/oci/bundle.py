@@ -78,6 +78,9 @@ def _first_error(exc: ValidationError) -> str:
     msg = str(err["msg"])
     if err["type"] == "missing":
         return f"{where} is required"
+    if err["type"] in ("model_type", "dict_type"):
+        # pydantic's text names our private model classes ("instance of _Root").
+        return f"{where}: input should be an object"
     return f"{where}: {msg[0].lower() + msg[1:]}"
 
 
@@ -92,7 +95,7 @@ def load_bundle(path: str | Path) -> Bundle:
         raise BundleError(f"bundle {bundle}: config.json not found") from exc
     except PermissionError as exc:
         raise BundleError(f"bundle {bundle}: config.json is not readable") from exc
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # Recursion: "[[[[…"
         raise BundleError(f"bundle {bundle}: config.json is not valid JSON: {exc}") from exc
     except OSError as exc:
         raise BundleError(f"bundle {bundle}: cannot read config.json: {exc.strerror}") from exc
