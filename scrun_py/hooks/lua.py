@@ -365,9 +365,8 @@ def find_script(slurm_conf: Path | None, override: str | None = None) -> Path | 
         path = Path(override)
         if path.is_file():
             return path
-        structlog.get_logger().warning("lua script not found, running without hooks",
-                                       script=str(path))
-        return None
+        # an explicitly configured script that is missing is an error, not "no hooks"
+        raise HookError(f"{path}: scrun.lua not found")
     if slurm_conf is None:
         return None
     path = slurm_conf.parent / SCRIPT_NAME

@@ -28,6 +28,7 @@ TEST_USER = os.environ.get("SCRUN_TEST_USER", "scruntest")
 VENV = Path(os.environ.get("SCRUN_TEST_VENV", "/opt/scrun-py/venv"))
 SCRUN = VENV / "bin" / "scrun-py"
 BASE = Path("/tmp/scrun-py-e2e")
+REPO_ROOT = Path(__file__).resolve().parents[2]
 BUSYBOX_APPLETS = ("sh", "echo", "cat", "true", "false", "sleep", "env", "id",
                    "hostname", "ls", "test", "touch", "kill", "wc", "head")
 PR_SET_CHILD_SUBREAPER = 36

@@ -9,6 +9,7 @@ talks to Slurm.  mock.patch is used only for the wiring tests at the end (style.
 from __future__ import annotations
 
 import json
+import os
 import re
 from datetime import datetime
 from pathlib import Path
@@ -16,11 +17,13 @@ from unittest import mock
 
 import pytest
 
-from scrun_py import OCI_SPEC_VERSION, __version__, cli
+from scrun_py import OCI_SPEC_VERSION, __version__, cli, spool, store
 from scrun_py.settings import Invocation
 
 RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")
 LOGRUS_TEXT = re.compile(r'^time="(?P<time>[^"]+)" level=(?P<level>\w+) msg="(?P<msg>.*)"$')
+# Above the kernel's PID_MAX_LIMIT (4194304): no process can ever have this pid.
+IMPOSSIBLE_PID = 4_194_305
 UNSUPPORTED = ["exec", "pause", "resume", "ps", "update", "checkpoint", "restore", "events",
                "list", "spec"]
 
@@ -213,6 +216,75 @@ class TestVerbsOnUnknownContainer:
         """start of an unknown id fails with `container does not exist`."""
         assert 1 == run(["--root", str(tmp_root), "start", "nope"])
         assert "container does not exist" in capsys.readouterr().err
+
+
+def _stored(root: Path, status: str, anchor_pid: int, **fields: object) -> Path:
+    """A container record on disk, as an anchor would have left it (job_id 0: no scancel)."""
+    cdir = spool.make_container_dir(root, "c1")
+    record = store.ContainerRecord(id="c1", bundle="/b/c1", rootfs="/b/c1/rootfs",
+                                   status=status, anchor_pid=anchor_pid,
+                                   created="2024-01-02T03:04:05.000000Z", owner="tuser",
+                                   job_id=0)
+    for key, value in fields.items():
+        setattr(record, key, value)
+    store.save(root, record)
+    return cdir
+
+
+class TestStoredContainer:
+    def test_state_dead_anchor(self, tmp_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """`state` of a record whose anchor is gone prints one line: stopped, pid 0."""
+        _stored(tmp_root, "running", IMPOSSIBLE_PID)
+        assert 0 == run(["--root", str(tmp_root), "state", "c1"])
+        out = capsys.readouterr().out
+        assert 1 == len(out.splitlines())
+        doc = json.loads(out)
+        assert ("c1", "stopped", 0, "/b/c1") == (doc["id"], doc["status"], doc["pid"],
+                                                 doc["bundle"])
+
+    def test_state_live_anchor(self, tmp_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """`state` of a record whose anchor (here: this process) is alive shows its status and pid."""
+        pid = os.getpid()
+        _stored(tmp_root, "created", pid, anchor_start=store.process_start_time(pid))
+        assert 0 == run(["--root", str(tmp_root), "state", "c1"])
+        doc = json.loads(capsys.readouterr().out)
+        assert ("created", pid) == (doc["status"], doc["pid"])
+
+    def test_state_corrupt_record(self, tmp_root: Path,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+        """A corrupt state.json fails with one line naming the file, not a traceback."""
+        cdir = spool.make_container_dir(tmp_root, "c1")
+        (cdir / spool.STATE_FILE).write_text("[]")
+        assert 1 == run(["--root", str(tmp_root), "state", "c1"])
+        assert "corrupt container state file" in capsys.readouterr().err
+
+    def test_delete_stopped(self, tmp_root: Path) -> None:
+        """delete of a stopped container removes its dir and the pid file that names its anchor."""
+        pid_file = tmp_root.parent / "c1.pid"
+        spool.write_pid_file(pid_file, IMPOSSIBLE_PID)
+        cdir = _stored(tmp_root, "stopped", IMPOSSIBLE_PID, pid_file=str(pid_file))
+        assert 0 == run(["--root", str(tmp_root), "delete", "c1"])
+        assert (False, False) == (cdir.exists(), pid_file.exists())
+
+    def test_delete_keeps_foreign_pid_file(self, tmp_root: Path) -> None:
+        """delete leaves a pid file that now names some other process."""
+        pid_file = tmp_root.parent / "c1.pid"
+        spool.write_pid_file(pid_file, 1)
+        _stored(tmp_root, "stopped", IMPOSSIBLE_PID, pid_file=str(pid_file))
+        assert 0 == run(["--root", str(tmp_root), "delete", "c1"])
+        assert b"1" == pid_file.read_bytes()
+
+    def test_delete_half_created(self, tmp_root: Path) -> None:
+        """A container dir without state.json or socket is cleaned up by a plain delete."""
+        cdir = spool.make_container_dir(tmp_root, "c1")
+        assert 0 == run(["--root", str(tmp_root), "delete", "c1"])
+        assert cdir.exists() is False
+
+    def test_start_stopped(self, tmp_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """start of a container whose anchor is gone fails with runc's wording."""
+        _stored(tmp_root, "created", IMPOSSIBLE_PID)
+        assert 1 == run(["--root", str(tmp_root), "start", "c1"])
+        assert "cannot start a container that has stopped" in capsys.readouterr().err
 
 
 class TestWiring:

@@ -1,0 +1,158 @@
+"""Dependency direction of scrun_py (style.md 7.2), checked by parsing every module's imports.
+
+Imports inside functions count too (lazy imports are still dependencies).
+"""
+
+# Expected value first (style.md 7.11) conflicts with SIM300 (yoda); the style guide wins.
+
+from __future__ import annotations
+
+import ast
+import re
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+PACKAGE_DIR = Path(__file__).resolve().parents[2] / "scrun_py"
+
+# The `python -m scrun_py` entry point is the one module that may import the CLI.
+CLI_ENTRY_POINTS = {"scrun_py.__main__"}
+PURE_MODULES = ["scrun_py.protocol", "scrun_py.patterns", "scrun_py.oci.state",
+                "scrun_py.slurm.argv", "scrun_py.slurm.options", "scrun_py.status",
+                "scrun_py.signames"]
+IO_MODULES = {"subprocess", "socket", "asyncio"}
+LUPA_MODULE = "scrun_py.hooks.lua"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE_DIR.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+@cache
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(PACKAGE_DIR.rglob("*.py"))}
+
+
+def _resolve(module: str, node: ast.ImportFrom) -> str:
+    """The absolute module an ImportFrom names (handles `from . import x`)."""
+    if not node.level:
+        return node.module or ""
+    is_package = _modules()[module].name == "__init__.py"
+    base = module.split(".")
+    base = base[: len(base) - node.level + (1 if is_package else 0)]
+    return ".".join([*base, node.module] if node.module else base)
+
+
+DYNAMIC = "<dynamic>"
+_LUPA_LITERAL = re.compile(r"^lupa(\.|$)")
+
+
+def _literal_prefix(node: ast.expr) -> str | None:
+    """The text of a string literal, or the literal head of an f-string."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr) and node.values:
+        head = node.values[0]
+        if isinstance(head, ast.Constant) and isinstance(head.value, str):
+            return head.value
+    return None
+
+
+def _dynamic_import(node: ast.Call) -> str | None:
+    """What `importlib.import_module(...)` / `__import__(...)` imports, if this is one."""
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+    if name not in ("import_module", "__import__") or not node.args:
+        return None
+    return _literal_prefix(node.args[0]) or DYNAMIC
+
+
+@cache
+def imports_of(module: str) -> frozenset[str]:
+    """Every module `module` imports, statically or via import_module with a literal."""
+    tree = ast.parse(_modules()[module].read_text(), filename=str(_modules()[module]))
+    found: set[str] = set()
+    nodes = list(ast.walk(tree))
+    # import_module(name) with a computed name: a "lupa.…" literal anywhere in the
+    # module is taken as what it imports (hooks/lua.py builds f"lupa.{module_name}").
+    literals = {text for node in nodes if isinstance(node, ast.expr)
+                and (text := _literal_prefix(node)) and _LUPA_LITERAL.match(text)}
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = _resolve(module, node)
+            found.add(base)
+            # `from scrun_py import cli` imports the submodule scrun_py.cli.
+            found.update(f"{base}.{alias.name}" for alias in node.names
+                         if f"{base}.{alias.name}" in _modules())
+        elif isinstance(node, ast.Call):
+            target = _dynamic_import(node)
+            if target == DYNAMIC:
+                found.update(literals or {DYNAMIC})
+            elif target is not None:
+                found.add(target)
+    return frozenset(found)
+
+
+def _names(imported: frozenset[str], top: str) -> set[str]:
+    return {name for name in imported if name == top or name.startswith(f"{top}.")}
+
+
+def _closure(module: str) -> set[str]:
+    """`module` and every scrun_py module it reaches through its imports."""
+    seen: set[str] = set()
+    todo = [module]
+    while todo:
+        current = todo.pop()
+        if current in seen or current not in _modules():
+            continue
+        seen.add(current)
+        todo.extend(name for name in imports_of(current) if name.startswith("scrun_py"))
+    return seen
+
+
+class TestImportParser:
+    def test_finds_every_module(self) -> None:
+        """The scan sees the package's modules, including nested ones."""
+        modules = _modules()
+        assert {"scrun_py", "scrun_py.cli", "scrun_py.oci.state", "scrun_py.hooks.lua",
+                *PURE_MODULES} <= set(modules)
+
+    def test_sees_lazy_and_dynamic_imports(self) -> None:
+        """Imports inside functions and import_module(f"lupa.…") are found."""
+        assert "scrun_py.commands.state" in imports_of("scrun_py.cli")
+        assert _names(imports_of(LUPA_MODULE), "lupa")
+
+    def test_from_package_import_submodule(self) -> None:
+        """`from scrun_py import store` counts as importing scrun_py.store."""
+        assert "scrun_py.store" in imports_of("scrun_py.commands.state")
+
+
+class TestDependencyDirection:
+    def test_nothing_imports_cli(self) -> None:
+        """No module imports scrun_py.cli (only the `python -m` entry point)."""
+        offenders = sorted(m for m in _modules()
+                           if m not in CLI_ENTRY_POINTS and m != "scrun_py.cli"
+                           and _names(imports_of(m), "scrun_py.cli"))
+        assert [] == offenders
+
+    def test_only_hooks_lua_imports_lupa(self) -> None:
+        """lupa is imported by scrun_py/hooks/lua.py and nowhere else."""
+        users = sorted(m for m in _modules() if _names(imports_of(m), "lupa"))
+        assert [LUPA_MODULE] == users
+
+    def test_no_unresolved_dynamic_imports(self) -> None:
+        """Every import_module() call has a name this check can see (else it proves nothing)."""
+        assert [] == sorted(m for m in _modules() if DYNAMIC in imports_of(m))
+
+    @pytest.mark.parametrize("module", PURE_MODULES)
+    def test_pure_module_does_no_io(self, module: str) -> None:
+        """A pure module imports no subprocess/socket/asyncio, directly or via scrun_py."""
+        offenders = sorted(f"{m} imports {name}" for m in _closure(module)
+                           for top in IO_MODULES for name in _names(imports_of(m), top))
+        assert [] == offenders
