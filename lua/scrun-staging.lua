@@ -99,6 +99,8 @@ local function rewrite_config(config, staged_root, user_id, group_id, job_env)
   local linux = config.linux or slurm.json_object()
   config.linux = linux
   linux.cgroupsPath = nil
+  -- docker sets ping_group_range to every gid; only the job's gid is mapped here.
+  if linux.sysctl then linux.sysctl["net.ipv4.ping_group_range"] = nil end
   -- Namespace paths name namespaces on the login node; a user namespace is required.
   linux.namespaces = linux.namespaces or slurm.json_array()
   local have_user_ns = false

@@ -121,7 +121,12 @@ start_daemons() {
         log "starting slurmd"
         slurmd -f "$STATE/slurm.conf"
     fi
-    local i
+    local i h; h=$(hostname -s)
+    # a node drained by an earlier run (e.g. "Kill task failed") would hold every job
+    if SLURM_CONF=$STATE/slurm.conf sinfo -h -N -o %T 2>/dev/null | grep -Eq 'drain|drng|down'; then
+        log "resuming drained node $h"
+        SLURM_CONF=$STATE/slurm.conf scontrol update nodename="$h" state=resume 2>/dev/null || true
+    fi
     for i in $(seq 1 200); do
         st=$(SLURM_CONF=$STATE/slurm.conf sinfo -h -N -o %T 2>/dev/null | head -1 || true)
         case "$st" in idle|mixed|allocated) return 0 ;; esac

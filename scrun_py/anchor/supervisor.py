@@ -13,6 +13,7 @@ import contextlib
 import grp
 import os
 import pwd
+import shlex
 import signal as signal_mod
 import time
 from pathlib import Path
@@ -48,6 +49,7 @@ _FATAL_BY_DEFAULT = {int(s) for s in (
     signal_mod.SIGXFSZ, signal_mod.SIGVTALRM, signal_mod.SIGPROF, signal_mod.SIGSYS)}
 RELEASE_TIMEOUT_S = 60.0
 KILL_GRACE_S = 15.0
+RUNTIME_SIGNAL_ATTEMPTS = 20
 
 
 def wait_status_to_exit_code(rc: int) -> int:
@@ -89,6 +91,7 @@ class Supervisor:
         self._stopped = asyncio.Event()
         self._launched = asyncio.Event()
         self._launch_error: ScrunError | None = None
+        self._abandon_task: asyncio.Task[None] | None = None
         self._t0 = time.monotonic()
 
     # ---- helpers -------------------------------------------------------------------------
@@ -204,11 +207,16 @@ class Supervisor:
                 argv = slurm_argv.build_command_step_argv(
                     job_id=alloc.job_id, command=cmd, srun_path=self._srun_path(),
                     srun_args=self._srun_args(), name="scrun-signal")
-                rc, out = await self.backend.run(argv, env, timeout_s=30)
-                self._event("signal delivered through the runtime", signal=sig, rc=rc,
-                            output=out.strip()[-300:])
-                if rc == 0:
-                    return
+                # Right after start the runtime may not have created the container yet;
+                # retry briefly instead of cancelling the step, which Slurm 22.05 cannot
+                # clean up in that window (the node drains with "Kill task failed").
+                for _attempt in range(RUNTIME_SIGNAL_ATTEMPTS):
+                    rc, out = await self.backend.run(argv, env, timeout_s=30)
+                    self._event("signal delivered through the runtime", signal=sig, rc=rc,
+                                output=out.strip()[-300:])
+                    if rc == 0 or self.step is None or self.step.returncode is not None:
+                        return
+                    await asyncio.sleep(0.25)
         argv = slurm_argv.build_scancel_argv(alloc.job_id, signal=sig, step_id=step_id)
         rc, out = await self.backend.run(argv, timeout_s=30)
         self._event("signal delivered with scancel", signal=sig, rc=rc, output=out.strip())
@@ -286,6 +294,7 @@ class Supervisor:
                 self.save()
 
             env = dict(self.environ)
+            env[slurm_argv.ABANDON_ENV] = str(self._abandon_script())
             self.alloc = await self.backend.allocate(self.job_opts.alloc, env, on_job_id,
                                                      self.alloc_timeout_s)
             self.record.job_id = self.alloc.job_id
@@ -355,6 +364,29 @@ class Supervisor:
             self.pty_slave = None
         self._set_status(Status.RUNNING)
         self._event("launch finished", srun_pid=self.step.pid)
+        self._abandon_task = asyncio.create_task(self._write_abandon_script())
+
+    def _abandon_script(self) -> Path:
+        return spool.container_dir(self.root, self.record.id) / slurm_argv.ABANDON_FILE
+
+    async def _write_abandon_script(self) -> None:
+        """What the allocation holder runs if this anchor dies: SIGKILL the container
+        through the runtime (see slurm/argv.py HOLDER_SCRIPT)."""
+        step_id = await self._step_id()
+        pattern = self.oci_conf.runtime_kill if self.oci_conf else None
+        if step_id is None or not pattern or self.alloc is None or not self.alloc.owned:
+            return
+        try:
+            cmd = slurm_argv.signal_shell_command(pattern, job_id=self.alloc.job_id,
+                                                  step_id=step_id, signal=9)
+        except ValueError:
+            return
+        argv = slurm_argv.build_command_step_argv(
+            job_id=self.alloc.job_id, command=cmd, srun_path=self._srun_path(),
+            srun_args=self._srun_args(), name="scrun-signal")
+        script = "timeout 30 " + " ".join(shlex.quote(a) for a in argv) + "\n"
+        with contextlib.suppress(OSError):
+            spool.write_atomic(self._abandon_script(), script.encode(), 0o700)
 
     async def run(self) -> int:
         """The whole lifecycle after a successful create; returns the exit code."""

@@ -41,10 +41,20 @@ def run(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | 
         log_path=str(inv.log_path) if inv.log_path else "", log_format=inv.log_format,
         debug=inv.debug, verbosity=inv.verbosity, slurm_conf=str(inv.slurm_conf_path()),
         ready_fd=write_fd, created=rfc3339_now())
+    env = None
+    if inv.slurm_conf is not None:
+        # -f names the cluster for the Slurm commands the anchor runs too: engines
+        # (dockerd's shim, conmon) do not pass SLURM_CONF through to the runtime.
+        env = {**os.environ, "SLURM_CONF": str(inv.slurm_conf)}
     try:
         anchor = subprocess.Popen(
             [sys.executable, "-m", "scrun_py.anchor", spec.to_json()],
-            pass_fds=(write_fd,), start_new_session=True, close_fds=True)
+            pass_fds=(write_fd,), start_new_session=True, close_fds=True, env=env,
+            # with a terminal the container's stdio is the pty: like runc's init, the anchor
+            # must not hold the caller's stdio open (containerd's shim reads create's
+            # stdout/stderr to EOF before it takes the pty master and calls start)
+            **({"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL,
+                "stderr": subprocess.DEVNULL} if spec.console_socket else {}))
     except OSError as exc:
         os.close(read_fd)
         os.close(write_fd)

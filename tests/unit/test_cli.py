@@ -243,7 +243,7 @@ class TestStoredContainer:
                                                  doc["bundle"])
 
     def test_state_live_anchor(self, tmp_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
-        """`state` of a record whose anchor (here: this process) is alive shows its status and pid."""
+        """`state` of a record whose anchor (this process) is alive shows status and pid."""
         pid = os.getpid()
         _stored(tmp_root, "created", pid, anchor_start=store.process_start_time(pid))
         assert 0 == run(["--root", str(tmp_root), "state", "c1"])
@@ -290,7 +290,7 @@ class TestStoredContainer:
 class TestWiring:
     def test_state_gets_invocation(self, tmp_path: Path,
                                    monkeypatch: pytest.MonkeyPatch) -> None:
-        """Global options are resolved into the Invocation passed to the verb (root made absolute)."""
+        """Global options become the verb's Invocation, with --root made absolute."""
         monkeypatch.chdir(tmp_path)
         with mock.patch("scrun_py.commands.state.run") as verb:
             assert 0 == run(["--root", "rel", "--log", "l.json", "--log-format", "json",

@@ -81,5 +81,5 @@ class TestNames:
     @pytest.mark.parametrize("value", ["", "   "])
     def test_empty(self, value: str) -> None:
         """An empty signal argument is invalid."""
-        with pytest.raises(ScrunError, match="^invalid signal: empty$"):
+        with pytest.raises(ScrunError, match=r"^invalid signal: empty$"):
             parse_signal(value)

@@ -211,9 +211,21 @@ class TestSignalShellCommand:
     def test_crun_pattern(self) -> None:
         """Job and step ids are substituted; node and user are left for the node's shell."""
         cmd = slurm_argv.signal_shell_command(CRUN_KILL, job_id=42, step_id=0, signal=15)
-        expected = ('crun --rootless=true --root=/tmp/ocistate-"$(id -un)" kill -a '
+        expected = ('crun --rootless=true --root=/tmp/ocistate-"$(id -un)" kill '
                     '"${SLURMD_NODENAME}"."$(id -un)".42.0.0 15')
         assert expected == cmd
+
+    @pytest.mark.parametrize("pattern", ["crun kill -a %j", "crun kill --all %j",
+                                         "crun -a kill --all %j"])
+    def test_drops_all_flag(self, pattern: str) -> None:
+        """`-a`/`--all` are dropped: the engine's kill targets the container's init only."""
+        assert "crun kill 7 15" == slurm_argv.signal_shell_command(
+            pattern, job_id=7, step_id=0, signal=15)
+
+    def test_keeps_words_that_only_contain_a(self) -> None:
+        """Only the exact words -a and --all are dropped, not options that contain them."""
+        assert "runc --alt -ab kill 7 9" == slurm_argv.signal_shell_command(
+            "runc --alt -ab kill %j", job_id=7, step_id=0, signal=9)
 
     def test_percent_escape(self) -> None:
         """`%%` becomes a single `%`."""

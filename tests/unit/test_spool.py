@@ -53,7 +53,7 @@ class TestValidateId:
     def test_rejects_bad_ids(self, cid: str) -> None:
         """Separators, path components, NUL, whitespace (even a trailing newline) and
         non-ASCII characters are rejected with runc's message."""
-        with pytest.raises(InvalidContainerId, match="^invalid container ID format: "):
+        with pytest.raises(InvalidContainerId, match=r"^invalid container ID format: "):
             spool.validate_id(cid)
 
     def test_rejects_empty(self) -> None:
@@ -90,7 +90,7 @@ class TestEnsureRoot:
     def test_root_under_a_file(self, tmp_path: Path) -> None:
         """A --root below a regular file cannot be created, even by root."""
         (tmp_path / "file").write_text("")
-        with pytest.raises(ScrunError, match="^cannot create root directory .*/file/root: "):
+        with pytest.raises(ScrunError, match=r"^cannot create root directory .*/file/root: "):
             spool.ensure_root(tmp_path / "file" / "root")
 
     def test_root_is_a_file(self, tmp_path: Path) -> None:
@@ -133,7 +133,7 @@ class TestMakeContainerDir:
 
     def test_missing_root(self, tmp_path: Path) -> None:
         """Without its --root the dir cannot be created, and the error says so."""
-        with pytest.raises(ScrunError, match="^cannot create "):
+        with pytest.raises(ScrunError, match=r"^cannot create "):
             spool.make_container_dir(tmp_path / "absent", "c1")
 
 

@@ -120,7 +120,7 @@ class TestCorrupt:
         b'{"id": "c1", "bundle": "/b", "rootfs": "/r", "status": "exploded"}',
     ])
     def test_corrupt_state_file(self, tmp_root: Path, content: bytes) -> None:
-        """Truncated, non-object, incomplete or nonsensical state is a ScrunError naming the file."""
+        """Truncated, non-object, incomplete or nonsensical state: a ScrunError naming the file."""
         cdir = spool.make_container_dir(tmp_root, "c1")
         (cdir / spool.STATE_FILE).write_bytes(content)
         with pytest.raises(ScrunError) as info:

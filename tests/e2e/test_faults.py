@@ -1,0 +1,149 @@
+"""Faults on the real cluster: the anchor killed, the job cancelled, signals to the anchor,
+slurmctld down.  Every case ends with no job, anchor, socket or spool dir left."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import STATE, Env, leftovers, slurm_env, squeue
+
+pytestmark = pytest.mark.e2e
+
+STAGE_OUT_MARK = r"""
+function slurm_scrun_stage_in(...) return slurm.SUCCESS end
+function slurm_scrun_stage_out(id, bundle, orig_bundle, root_path, orig_root_path, spool_dir,
+                               config_file, job_id)
+  local f = assert(io.open(%s .. "/stage_out." .. id, "w")); f:write(tostring(job_id)); f:close()
+  return 0
+end
+return slurm.SUCCESS
+"""
+
+
+def _job_running(job: int) -> bool:
+    return squeue("-j", str(job), "-o", "%T").strip() in ("RUNNING", "PENDING", "CONFIGURING",
+                                                          "COMPLETING")
+
+
+def _wait(predicate: object, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.1)
+
+
+def _running(env: Env, cid: str, conf: Path | None = None) -> tuple[object, int]:
+    # wait until the container really runs: Slurm 22.05 cannot clean up a container step
+    # cancelled while the runtime is still creating it (the node drains)
+    bundle = env.bundle(["sh", "-c", "echo started; exec sleep 300"])
+    created = env.create(cid, bundle, conf=conf)
+    assert 0 == created.rc, created.stderr()
+    assert 0 == env.run("start", cid, conf=conf).returncode
+    _wait(lambda: "started" in created.stdout())
+    return created, created.job_id()
+
+
+class TestAnchorFaults:
+    def test_anchor_sigkill(self, env: Env) -> None:
+        """SIGKILL of the anchor: state says stopped, the job ends by itself (no orphan job),
+        delete --force cleans up."""
+        created, job = _running(env, "ak")
+        os.kill(created.pid, signal.SIGKILL)  # type: ignore[attr-defined]
+        assert -signal.SIGKILL == created.wait_exit()  # type: ignore[attr-defined]
+        assert "stopped" == env.state("ak")["status"]
+        _wait(lambda: not _job_running(job), 60)
+        assert 0 == env.run("delete", "--force", "ak").returncode
+        assert [] == leftovers(env, "ak", [job])
+
+    @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+    def test_signal_to_anchor(self, env: Env, conf_dir: Path, sig: signal.Signals) -> None:
+        """SIGTERM/SIGINT to the anchor: the container is stopped, stage_out runs, the job
+        ends, and the anchor exits."""
+        out = env.work / "marks"
+        out.mkdir()
+        env.chown(out)
+        (conf_dir / "scrun.lua").write_text(STAGE_OUT_MARK % repr(str(out)).replace("'", '"'))
+        created, job = _running(env, "as", conf=conf_dir / "slurm.conf")
+        os.kill(created.pid, sig)  # type: ignore[attr-defined]
+        rc = created.wait_exit(timeout=60)  # type: ignore[attr-defined]
+        assert rc != 0
+        assert str(job) == (out / "stage_out.as").read_text()
+        assert not _job_running(job)
+        assert "stopped" == env.state("as")["status"]
+        assert 0 == env.run("delete", "as", conf=conf_dir / "slurm.conf").returncode
+        assert [] == leftovers(env, "as", [job])
+
+    def test_scancel_mid_run(self, env: Env, conf_dir: Path) -> None:
+        """scancel of the job: state → stopped, the anchor exits non-zero, stage_out ran."""
+        out = env.work / "marks"
+        out.mkdir()
+        env.chown(out)
+        (conf_dir / "scrun.lua").write_text(STAGE_OUT_MARK % repr(str(out)).replace("'", '"'))
+        created, job = _running(env, "sc", conf=conf_dir / "slurm.conf")
+        subprocess.run(["scancel", str(job)], env=slurm_env(), check=True, timeout=30)
+        assert 0 != created.wait_exit(timeout=60)  # type: ignore[attr-defined]
+        assert "stopped" == env.state("sc")["status"]
+        assert (out / "stage_out.sc").exists()
+        assert 0 == env.run("delete", "sc", conf=conf_dir / "slurm.conf").returncode
+        assert [] == leftovers(env, "sc", [job])
+
+
+def _ctld(action: str) -> None:
+    pid_file = STATE / "ctld" / "slurmctld.pid"
+    if action == "stop":
+        pid = int(pid_file.read_text())
+        os.kill(pid, signal.SIGTERM)
+        for _ in range(200):
+            try:
+                with open(f"/proc/{pid}/stat") as fh:
+                    if fh.read().split(") ")[1][0] in "ZX":
+                        break
+            except OSError:
+                break
+            time.sleep(0.05)
+    else:
+        subprocess.run(["slurmctld", "-f", str(STATE / "slurm.conf")], check=True, timeout=60)
+        _wait(lambda: subprocess.run(["sinfo", "-h"], env=slurm_env(), capture_output=True,
+                                     timeout=30).returncode == 0, 60)
+
+
+class TestControllerFaults:
+    def test_controller_down_at_create(self, user_env: Env) -> None:
+        """slurmctld down: create fails after the configured wait with a clear error and
+        leaves nothing behind."""
+        env = user_env
+        bundle = env.bundle(["true"])
+        _ctld("stop")
+        try:
+            t0 = time.monotonic()
+            created = env.create("down", bundle,
+                                 env=env.user.env(SCRUN_PY_ALLOC_TIMEOUT="5"), timeout=120)
+            elapsed = time.monotonic() - t0
+        finally:
+            _ctld("start")
+        assert 0 != created.rc
+        assert elapsed < 60
+        assert "job allocation" in created.stderr()
+        assert [] == leftovers(env, "down")
+
+    def test_controller_restart_while_running(self, user_env: Env) -> None:
+        """slurmctld restarted while a container runs: the container finishes normally."""
+        env = user_env
+        bundle = env.bundle(["sh", "-c", "sleep 3; echo done"])
+        created = env.create("rs", bundle)
+        assert 0 == created.rc, created.stderr()
+        job = created.job_id()
+        assert 0 == env.run("start", "rs").returncode
+        _ctld("stop")
+        time.sleep(0.5)
+        _ctld("start")
+        assert 0 == created.wait_exit(timeout=120)
+        assert "done\n" == created.stdout()
+        assert 0 == env.run("delete", "rs").returncode
+        assert [] == leftovers(env, "rs", [job])
