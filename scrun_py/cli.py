@@ -197,14 +197,14 @@ def _log_target(argv: list[str]) -> tuple[Path | None, str]:
     """--log/--log-format as given, for the fatal path even when parsing failed."""
     log_path: Path | None = None
     fmt = "text"
-    for i, arg in enumerate(argv):
-        if arg in ("--log", "--log-format") and i + 1 < len(argv):
-            value = argv[i + 1]
-        elif arg.startswith(("--log=", "--log-format=")):
-            arg, _, value = arg.partition("=")
+    for i, word in enumerate(argv):
+        if word in ("--log", "--log-format") and i + 1 < len(argv):
+            name, value = word, argv[i + 1]
+        elif word.startswith(("--log=", "--log-format=")):
+            name, _, value = word.partition("=")
         else:
             continue
-        if arg == "--log":
+        if name == "--log":
             log_path = Path(value)
         elif value in ("text", "json"):
             fmt = value

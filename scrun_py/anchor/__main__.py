@@ -8,14 +8,17 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from scrun_py.anchor import readiness
 from scrun_py.anchor.spec import AnchorSpec
 
+if TYPE_CHECKING:
+    from scrun_py.anchor.supervisor import Supervisor
+
 
 def _configure_logging(spec: AnchorSpec, environ: dict[str, str]) -> None:
-    from pathlib import Path
-
     from scrun_py import logs
 
     levels = logs.env_levels(environ, debug=spec.debug, verbosity=spec.verbosity)
@@ -24,16 +27,13 @@ def _configure_logging(spec: AnchorSpec, environ: dict[str, str]) -> None:
         log_path=Path(spec.log_path) if spec.log_path else None, log_format=spec.log_format))
 
 
-async def _amain(spec: AnchorSpec) -> int:
+def _prepare(spec: AnchorSpec) -> Supervisor:
+    """Everything that can fail before anything exists in Slurm (raises ScrunError)."""
     from pathlib import Path
 
-    import structlog
-
-    from scrun_py import logs, spool
-    from scrun_py.anchor import signals
-    from scrun_py.anchor.server import ControlServer
+    from scrun_py import logs
     from scrun_py.anchor.supervisor import Supervisor
-    from scrun_py.errors import ScrunError, error_kind
+    from scrun_py.errors import ScrunError
     from scrun_py.hooks.lua import load_hooks
     from scrun_py.oci.bundle import load_bundle
     from scrun_py.oci_conf import find_oci_conf, load_oci_conf
@@ -41,76 +41,86 @@ async def _amain(spec: AnchorSpec) -> int:
     from scrun_py.slurm.options import job_options
 
     environ = dict(os.environ)
-    log = structlog.get_logger()
-    structlog.contextvars.bind_contextvars(component="anchor", container_id=spec.container_id)
-    root = Path(spec.root)
-    cdir = spool.container_dir(root, spec.container_id)
-    bundle = None
+    bundle = load_bundle(spec.bundle)
+    environ.update(bundle.imported_env())
+    slurm_conf = Path(spec.slurm_conf)
+    oci_conf = load_oci_conf(find_oci_conf(slurm_conf))
+    levels = logs.env_levels(environ, debug=spec.debug, verbosity=spec.verbosity,
+                             overrides={"stderr": oci_conf.stdio_debug,
+                                        "file": oci_conf.file_debug,
+                                        "syslog": oci_conf.syslog_debug})
+    logs.configure_structlog(logs.Sinks(
+        stderr_level=levels["stderr"], file_level=levels["file"], syslog_level=levels["syslog"],
+        log_path=Path(spec.log_path) if spec.log_path else None, log_format=spec.log_format))
+    hooks = load_hooks(slurm_conf)
+    timeout = environ.get("SCRUN_PY_ALLOC_TIMEOUT", "")
     try:
-        bundle = load_bundle(spec.bundle)
-        environ.update(bundle.imported_env())
-        slurm_conf = Path(spec.slurm_conf)
-        oci_conf = load_oci_conf(find_oci_conf(slurm_conf))
-        levels = logs.env_levels(environ, debug=spec.debug, verbosity=spec.verbosity,
-                                 overrides={"stderr": oci_conf.stdio_debug,
-                                            "file": oci_conf.file_debug,
-                                            "syslog": oci_conf.syslog_debug})
-        logs.configure_structlog(logs.Sinks(
-            stderr_level=levels["stderr"], file_level=levels["file"],
-            syslog_level=levels["syslog"],
-            log_path=Path(spec.log_path) if spec.log_path else None,
-            log_format=spec.log_format))
-        hooks = load_hooks(slurm_conf)
-        timeout = environ.get("SCRUN_PY_ALLOC_TIMEOUT", "")
-        try:
-            alloc_timeout = float(timeout) if timeout else None
-        except ValueError:
-            raise ScrunError(f"SCRUN_PY_ALLOC_TIMEOUT: not a number: {timeout!r}") from None
-        if alloc_timeout is not None and alloc_timeout <= 0:
-            alloc_timeout = None
-        if bundle.config.process.terminal and not spec.console_socket and not os.isatty(0):
-            raise ScrunError("process.terminal is true but no --console-socket was given")
-    except ScrunError as exc:
-        log.info("create failed", error=str(exc))
-        spool.remove_tree(cdir)
-        readiness.write_failed(spec.ready_fd, error_kind(exc), str(exc))
-        return 1
-    env_for_job = dict(environ)
-    sup = Supervisor(spec, bundle, oci_conf, hooks, CliSlurm(), env_for_job,
-                     job_options(environ), alloc_timeout)
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[int] = asyncio.Queue()
-    signals.install(loop, queue)
-    consumer = asyncio.create_task(signals.consume(queue, sup))
-    try:
-        listener = spool.bind(cdir)
-    except OSError as exc:
-        err = ScrunError(f"cannot listen on the control socket: {exc.strerror}")
-        await sup.abort_create(err)
-        readiness.write_failed(spec.ready_fd, error_kind(err), str(err))
-        return 1
-    server = ControlServer(sup, listener)
-    await server.start()
+        alloc_timeout = float(timeout) if timeout else None
+    except ValueError:
+        raise ScrunError(f"SCRUN_PY_ALLOC_TIMEOUT: not a number: {timeout!r}") from None
+    if alloc_timeout is not None and alloc_timeout <= 0:
+        alloc_timeout = None
+    if bundle.config.process.terminal and not spec.console_socket and not os.isatty(0):
+        raise ScrunError("process.terminal is true but no --console-socket was given")
+    return Supervisor(spec, bundle, oci_conf, hooks, CliSlurm(), environ, job_options(environ),
+                      alloc_timeout)
+
+
+async def _create(sup: Supervisor) -> BaseException | None:
+    """Run create; a stop request (signal, delete) interrupts it.  Returns the failure."""
+    from scrun_py.errors import ScrunError
+
     create = asyncio.create_task(sup.create())
-    stop_wait = asyncio.create_task(sup._stop.wait())
+    stop_wait = asyncio.create_task(sup.wait_stop_requested())
     await asyncio.wait({create, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
-    failure: BaseException | None = None
+    stop_wait.cancel()
     if not create.done():
         create.cancel()
         try:
             await create
         except (asyncio.CancelledError, Exception):
             pass
-        failure = ScrunError("container creation interrupted")
-    elif create.exception() is not None:
-        failure = create.exception()
-    stop_wait.cancel()
+        return ScrunError("container creation interrupted")
+    return create.exception()
+
+
+async def _amain(spec: AnchorSpec) -> int:
+    import structlog
+
+    from scrun_py import spool
+    from scrun_py.anchor import signals
+    from scrun_py.anchor.server import ControlServer
+    from scrun_py.errors import ScrunError, error_kind
+
+    log = structlog.get_logger()
+    structlog.contextvars.bind_contextvars(component="anchor", container_id=spec.container_id)
+    cdir = spool.container_dir(Path(spec.root), spec.container_id)
+    try:
+        sup = _prepare(spec)
+    except ScrunError as exc:
+        log.info("create failed", error=str(exc))
+        spool.remove_tree(cdir)
+        readiness.write_failed(spec.ready_fd, error_kind(exc), str(exc))
+        return 1
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    signals.install(asyncio.get_running_loop(), queue)
+    consumer = asyncio.create_task(signals.consume(queue, sup))
+    failure: BaseException | None = None
+    server: ControlServer | None = None
+    try:
+        server = ControlServer(sup, spool.bind(cdir))
+        await server.start()
+    except OSError as exc:
+        failure = ScrunError(f"cannot listen on the control socket: {exc.strerror}")
+    if failure is None:
+        failure = await _create(sup)
     if failure is not None:
         msg = str(failure) if isinstance(failure, ScrunError) else f"internal error: {failure!r}"
         if not isinstance(failure, ScrunError):
             log.error("create crashed", exc_info=failure)
         await sup.abort_create(failure)
-        await server.close()
+        if server is not None:
+            await server.close()
         readiness.write_failed(spec.ready_fd, error_kind(failure), msg)
         consumer.cancel()
         return 1
@@ -122,6 +132,7 @@ async def _amain(spec: AnchorSpec) -> int:
         log.exception("anchor crashed")
         await sup.teardown(1)
         rc = 1
+    assert server is not None
     await server.close()
     consumer.cancel()
     return rc

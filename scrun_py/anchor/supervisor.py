@@ -29,7 +29,6 @@ from scrun_py.errors import (
     ContainerStillRunning,
     ScrunError,
     SlurmError,
-    StepLaunchFailed,
 )
 from scrun_py.hooks.lua import HookContext, Hooks, NoHooks
 from scrun_py.oci.bundle import Bundle
@@ -163,6 +162,9 @@ class Supervisor:
             raise self._launch_error
         return self.record.job_id
 
+    async def wait_stop_requested(self) -> None:
+        await self._stop.wait()
+
     def request_stop(self, code: int, reason: str) -> None:
         if not self._stop.is_set():
             self._stop_code = code
@@ -171,7 +173,7 @@ class Supervisor:
 
     async def kill(self, sig: int) -> None:
         status = self.status
-        if status is Status.STOPPED or self._stop.is_set() and self.step is None:
+        if status is Status.STOPPED or (self._stop.is_set() and self.step is None):
             raise ContainerNotRunning()
         if status in (Status.CREATING, Status.CREATED) and self.step is None:
             if sig in _FATAL_BY_DEFAULT:

@@ -46,15 +46,15 @@ def run(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | 
         # -f names the cluster for the Slurm commands the anchor runs too: engines
         # (dockerd's shim, conmon) do not pass SLURM_CONF through to the runtime.
         env = {**os.environ, "SLURM_CONF": str(inv.slurm_conf)}
+    # with a terminal the container's stdio is the pty: like runc's init, the anchor
+    # must not hold the caller's stdio open (containerd's shim reads create's
+    # stdout/stderr to EOF before it takes the pty master and calls start)
+    stdio = subprocess.DEVNULL if spec.console_socket else None
     try:
         anchor = subprocess.Popen(
             [sys.executable, "-m", "scrun_py.anchor", spec.to_json()],
             pass_fds=(write_fd,), start_new_session=True, close_fds=True, env=env,
-            # with a terminal the container's stdio is the pty: like runc's init, the anchor
-            # must not hold the caller's stdio open (containerd's shim reads create's
-            # stdout/stderr to EOF before it takes the pty master and calls start)
-            **({"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL,
-                "stderr": subprocess.DEVNULL} if spec.console_socket else {}))
+            stdin=stdio, stdout=stdio, stderr=stdio)
     except OSError as exc:
         os.close(read_fd)
         os.close(write_fd)

@@ -176,8 +176,12 @@ class TestFindScript:
 
     def test_no_script(self, tmp_path: Path) -> None:
         """Without a script there is nothing to load."""
-        assert (None, None, None) == (find_script(tmp_path / "slurm.conf"), find_script(None),
-                                      find_script(None, str(tmp_path / "absent.lua")))
+        assert (None, None) == (find_script(tmp_path / "slurm.conf"), find_script(None))
+
+    def test_missing_configured_script_is_an_error(self, tmp_path: Path) -> None:
+        """A script named explicitly (SCRUN_PY_LUA) that does not exist fails, naming it."""
+        with pytest.raises(HookError, match=r"absent\.lua"):
+            find_script(None, str(tmp_path / "absent.lua"))
 
     def test_load_hooks_without_script(self, tmp_path: Path,
                                        monkeypatch: pytest.MonkeyPatch) -> None:
