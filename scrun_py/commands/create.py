@@ -52,7 +52,7 @@ def run(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | 
     stdio = subprocess.DEVNULL if spec.console_socket else None
     try:
         anchor = subprocess.Popen(
-            [sys.executable, "-m", "scrun_py.anchor", spec.to_json()],
+            [*userns_prefix(), sys.executable, "-m", "scrun_py.anchor", spec.to_json()],
             pass_fds=(write_fd,), start_new_session=True, close_fds=True, env=env,
             stdin=stdio, stdout=stdio, stderr=stdio)
     except OSError as exc:
@@ -80,6 +80,37 @@ def run(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | 
         raise AnchorStartupFailed(f"container anchor exited during create (status {rc})")
     raise rebuild(str(result.get("kind", "ScrunError")),
                   str(result.get("message", "create failed")))
+
+
+def _ns_root_host_id(map_file: str) -> int:
+    """The id that this user namespace's 0 is in the parent namespace (0 if none/unmapped)."""
+    try:
+        with open(map_file) as fh:
+            for line in fh:
+                inside, outside, _count = (int(x) for x in line.split())
+                if inside == 0:
+                    return outside
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def userns_prefix() -> list[str]:
+    """Run the anchor as the real user when we are root only inside a user namespace.
+
+    Rootless podman runs the runtime as uid 0 of its user namespace.  munge then
+    vouches for the real uid, but salloc/srun put getuid()/getgid() (0) in their
+    requests and slurmctld rejects them ("Invalid user id").  In a nested user
+    namespace that maps the real uid/gid to namespace 0, the anchor and every Slurm
+    command it runs see the real ids.  The pid stays the same (unshare execs).
+    """
+    if os.getuid() != 0:
+        return []
+    uid = _ns_root_host_id("/proc/self/uid_map")
+    gid = _ns_root_host_id("/proc/self/gid_map")
+    if uid == 0:
+        return []
+    return ["unshare", "--user", f"--map-user={uid}", f"--map-group={gid}", "--"]
 
 
 def pid_file_path(value: str | None) -> Path | None:
