@@ -11,6 +11,7 @@ set -euo pipefail
 
 STATE=${SCRUN_TEST_STATE:-/var/lib/scrun-py-test}
 TEST_USER=${SCRUN_TEST_USER:-scruntest}
+TEST_USER2=${SCRUN_TEST_USER2:-scruntest2}
 VENV=${SCRUN_TEST_VENV:-/opt/scrun-py/venv}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 WITH_ENGINES=${WITH_ENGINES:-1}
@@ -137,9 +138,13 @@ start_daemons() {
 }
 
 make_user() {
-    id "$TEST_USER" >/dev/null 2>&1 || useradd -m -s /bin/bash "$TEST_USER"
-    local uid; uid=$(id -u "$TEST_USER")
-    install -d -o "$TEST_USER" -g "$TEST_USER" -m 700 "/run/user/$uid"
+    # the test user, and a second ordinary user for the "other users are refused" tests
+    local u uid
+    for u in "$TEST_USER" "$TEST_USER2"; do
+        id "$u" >/dev/null 2>&1 || useradd -m -s /bin/bash "$u"
+        uid=$(id -u "$u")
+        install -d -o "$u" -g "$u" -m 700 "/run/user/$uid"
+    done
 }
 
 make_venv() {
@@ -179,6 +184,7 @@ case "${1:-up}" in
     env)
         echo "SLURM_CONF=$STATE/slurm.conf"
         echo "SCRUN_TEST_USER=$TEST_USER"
+        echo "SCRUN_TEST_USER2=$TEST_USER2"
         echo "SCRUN_TEST_VENV=$VENV"
         ;;
     *) echo "usage: $0 up|down|env" >&2; exit 2 ;;

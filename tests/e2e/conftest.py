@@ -13,6 +13,7 @@ import json
 import os
 import pwd
 import shutil
+import socket
 import subprocess
 import time
 import uuid
@@ -299,6 +300,12 @@ def reap(env: Env) -> None:
             pass
 
 
+def _drained() -> str:
+    out = subprocess.run(["sinfo", "-h", "-N", "-o", "%T %E"], env=slurm_env(),
+                         capture_output=True, text=True, timeout=30).stdout
+    return out.strip() if any(w in out for w in ("drain", "drng", "down")) else ""
+
+
 def _make_env(user: User) -> Iterator[Env]:
     work = BASE / f"{user.name}-{uuid.uuid4().hex[:8]}"
     work.mkdir(mode=0o755)
@@ -314,6 +321,12 @@ def _make_env(user: User) -> Iterator[Env]:
                                env=user.env(), capture_output=True, timeout=120)
     reap(env)
     shutil.rmtree(work, ignore_errors=True)
+    drained = _drained()
+    if drained:
+        # resume so one broken step does not fail every later test, but report it
+        subprocess.run(["scontrol", "update", f"nodename={socket.gethostname().split('.')[0]}",
+                        "state=resume"], env=slurm_env(), capture_output=True, timeout=30)
+        pytest.fail(f"the test left the node drained: {drained}")
 
 
 @pytest.fixture(params=["user", "root"])
@@ -339,3 +352,63 @@ def conf_dir(cluster: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
             shutil.copy(STATE / name, d / name)
     os.chmod(d, 0o755)
     return d
+
+
+# -- helpers for the reliability tests (bad input, faults, load, security) ------------------
+
+
+def run_in_work(env: Env, *args: str, conf: Path | None = None, timeout: float = 120,
+                extra_env: dict[str, str] | None = None, log: bool = True,
+                ) -> subprocess.CompletedProcess[str]:
+    """`env.run` from the test's work dir: a job it makes has WorkDir == env.work, so
+    `active_jobs` finds this test's jobs even while other sessions use the same user."""
+    return subprocess.run(env.cmd(*args, conf=conf, log=log),
+                          env=env.user.env(**(extra_env or {})), cwd=env.work,
+                          capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+
+
+def active_jobs(env: Env, wait: float = 15) -> list[str]:
+    """This test's jobs (WorkDir == env.work) that are not finished; waits out COMPLETING."""
+    deadline = time.monotonic() + wait
+    while True:
+        rows = [line.split("|") for line in squeue("-u", env.user.name, "-t", "all",
+                                                   "-o", "%i|%T|%Z").splitlines()]
+        found = [f"job {r[0]} {r[1]}" for r in rows if len(r) == 3 and r[2] == str(env.work)
+                 and r[1] not in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED",
+                                  "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE")]
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.5)
+
+
+def anchor_processes(env: Env) -> list[int]:
+    """Live anchors started for this test's --root (their spec names it)."""
+    found: list[int] = []
+    needle = f'"root": "{env.root}"'.encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                cmdline = fh.read()
+            with open(f"/proc/{entry}/stat") as fh:
+                zombie = fh.read().split(") ")[1][0] in "ZX"
+        except OSError:
+            continue
+        if b"scrun_py.anchor" in cmdline and needle in cmdline and not zombie:
+            found.append(int(entry))
+    return found
+
+
+def traces(env: Env, cid: str = "") -> list[str]:
+    """Everything a failed or deleted container may leave: spool dirs, pid files,
+    anchors, unfinished jobs of this test.  Must be empty."""
+    found: list[str] = []
+    if env.root.exists():
+        found += [f"spool entry {p}" for p in env.root.iterdir()]
+    if cid and (env.work / f"{cid}.pid").exists():
+        found.append("pid file")
+    found += [f"anchor process {pid}" for pid in anchor_processes(env)]
+    found += active_jobs(env)
+    return found
