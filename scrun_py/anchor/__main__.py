@@ -29,22 +29,19 @@ def _configure_logging(spec: AnchorSpec, environ: dict[str, str]) -> None:
 
 def _prepare(spec: AnchorSpec) -> Supervisor:
     """Everything that can fail before anything exists in Slurm (raises ScrunError)."""
-    from pathlib import Path
-
     from scrun_py import logs
+    from scrun_py.anchor.spec import BundleInfo, RuntimeSettings
     from scrun_py.anchor.supervisor import Supervisor
     from scrun_py.errors import ScrunError
     from scrun_py.hooks.lua import load_hooks
-    from scrun_py.oci.bundle import load_bundle
-    from scrun_py.oci_conf import find_oci_conf, load_oci_conf
     from scrun_py.slurm.cli_backend import CliSlurm
     from scrun_py.slurm.options import job_options
 
     environ = dict(os.environ)
-    bundle = load_bundle(spec.bundle)
-    environ.update(bundle.imported_env())
+    bundle = BundleInfo.from_dict(spec.bundle_info)
+    environ.update(bundle.imported_env)
     slurm_conf = Path(spec.slurm_conf)
-    oci_conf = load_oci_conf(find_oci_conf(slurm_conf))
+    oci_conf = RuntimeSettings(**spec.runtime)
     levels = logs.env_levels(environ, debug=spec.debug, verbosity=spec.verbosity,
                              overrides={"stderr": oci_conf.stdio_debug,
                                         "file": oci_conf.file_debug,

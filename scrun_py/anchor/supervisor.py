@@ -22,7 +22,7 @@ from typing import Any
 import structlog
 
 from scrun_py import spool, store
-from scrun_py.anchor.spec import AnchorSpec
+from scrun_py.anchor.spec import AnchorSpec, BundleInfo, RuntimeSettings
 from scrun_py.errors import (
     AllocationFailed,
     ContainerNotRunning,
@@ -31,8 +31,6 @@ from scrun_py.errors import (
     SlurmError,
 )
 from scrun_py.hooks.lua import HookContext, Hooks, NoHooks
-from scrun_py.oci.bundle import Bundle
-from scrun_py.oci_conf import OciConf
 from scrun_py.slurm import argv as slurm_argv
 from scrun_py.slurm.backend import Allocation, SlurmBackend
 from scrun_py.slurm.options import JobOptions
@@ -57,7 +55,7 @@ def wait_status_to_exit_code(rc: int) -> int:
 
 
 class Supervisor:
-    def __init__(self, spec: AnchorSpec, bundle: Bundle, oci_conf: OciConf | None,
+    def __init__(self, spec: AnchorSpec, bundle: BundleInfo, oci_conf: RuntimeSettings | None,
                  hooks: Hooks, backend: SlurmBackend, environ: dict[str, str],
                  job_opts: JobOptions, alloc_timeout_s: float | None) -> None:
         self.spec = spec
@@ -91,6 +89,7 @@ class Supervisor:
         self._launched = asyncio.Event()
         self._launch_error: ScrunError | None = None
         self._abandon_task: asyncio.Task[None] | None = None
+        self._version_task: asyncio.Task[tuple[int, int]] | None = None
         self._t0 = time.monotonic()
 
     # ---- helpers -------------------------------------------------------------------------
@@ -276,6 +275,8 @@ class Supervisor:
         self._event("container created")
 
     async def allocate(self) -> None:
+        # learn the Slurm version (for --container-id) while the job is being allocated
+        self._version_task = asyncio.create_task(self._slurm_version())
         existing = self.environ.get("SLURM_JOB_ID", "")
         self._event("allocation started")
         if existing:
@@ -327,6 +328,8 @@ class Supervisor:
     async def _job_ids(self) -> tuple[int, int]:
         """The job's uid/gid (rootless engines run us as uid 0 in a user namespace)."""
         assert self.alloc is not None
+        if not _in_user_namespace():
+            return os.getuid(), os.getgid()
         try:
             rc, out = await self.backend.run(
                 ["squeue", "--noheader", f"--jobs={self.alloc.job_id}", "--format=%U %G"],
@@ -338,6 +341,12 @@ class Supervisor:
             pass
         return os.getuid(), os.getgid()
 
+    async def _slurm_version(self) -> tuple[int, int]:
+        try:
+            return await self.backend.version()
+        except SlurmError:
+            return (22, 5)  # oldest supported: no --container-id
+
     def _remote_argv(self, command: str) -> list[str]:
         assert self.alloc is not None
         return slurm_argv.build_command_step_argv(
@@ -347,10 +356,7 @@ class Supervisor:
     async def launch(self) -> None:
         assert self.alloc is not None
         bundle = self.ctx.bundle if self.ctx else str(self.bundle.path)
-        try:
-            version = await self.backend.version()
-        except SlurmError:
-            version = (22, 5)
+        version = await (self._version_task or self._slurm_version())
         argv = slurm_argv.build_srun_argv(
             job_id=self.alloc.job_id, container_id=self.record.id, bundle=bundle,
             args=self.bundle.config.process.args, step_opts=self.job_opts.step,
@@ -509,6 +515,15 @@ class Supervisor:
     def snapshot(self) -> dict[str, Any]:
         return {"status": self.status.value, "job_id": self.record.job_id,
                 "bundle": self.record.bundle}
+
+
+def _in_user_namespace() -> bool:
+    """True unless this is the initial user namespace (uid_map "0 0 4294967295")."""
+    try:
+        with open("/proc/self/uid_map") as fh:
+            return fh.read().split() != ["0", "0", "4294967295"]
+    except OSError:
+        return True
 
 
 def _user_name(uid: int) -> str:

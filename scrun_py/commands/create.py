@@ -4,6 +4,7 @@ is created (job allocated, stage_in done) or creation failed."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import subprocess
@@ -12,7 +13,13 @@ from pathlib import Path
 
 from scrun_py import spool
 from scrun_py.anchor import readiness
-from scrun_py.anchor.spec import AnchorSpec
+from scrun_py.anchor.spec import (
+    AnchorSpec,
+    BundleInfo,
+    ConfigInfo,
+    ProcessInfo,
+    RuntimeSettings,
+)
 from scrun_py.errors import AnchorStartupFailed, ScrunError, rebuild
 from scrun_py.logs import rfc3339_now
 from scrun_py.settings import Invocation
@@ -22,6 +29,7 @@ def run(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | 
         console_socket: str | None) -> subprocess.Popen[bytes]:
     """Create the container; return the anchor process handle (used by `run`)."""
     from scrun_py.oci.bundle import load_bundle
+    from scrun_py.oci_conf import find_oci_conf, load_oci_conf
 
     spool.validate_id(container_id)
     bundle_path = os.path.abspath(bundle) if bundle else os.getcwd()
@@ -31,6 +39,19 @@ def run(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | 
         raise ScrunError(f"pid file directory does not exist: {os.path.dirname(pid_path)}")
     if console_socket and not loaded.config.process.terminal:
         console_socket = None  # runc ignores it when no terminal is requested
+    oci_conf = load_oci_conf(find_oci_conf(inv.slurm_conf_path()))
+    bundle_info = BundleInfo(
+        path=loaded.path, rootfs=loaded.rootfs, imported_env=loaded.imported_env(),
+        config=ConfigInfo(ociVersion=loaded.config.ociVersion,
+                          process=ProcessInfo(args=list(loaded.config.process.args),
+                                              terminal=loaded.config.process.terminal),
+                          annotations=dict(loaded.config.annotations)))
+    runtime = RuntimeSettings(
+        runtime_kill=oci_conf.runtime_kill,
+        ignore_file_config_json=oci_conf.ignore_file_config_json,
+        srun_path=oci_conf.srun_path, srun_args=list(oci_conf.srun_args),
+        stdio_debug=oci_conf.stdio_debug, file_debug=oci_conf.file_debug,
+        syslog_debug=oci_conf.syslog_debug)
     spool.ensure_root(inv.root)
     cdir = spool.make_container_dir(inv.root, container_id)
     read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
@@ -40,7 +61,8 @@ def run(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | 
         console_socket=os.path.abspath(console_socket) if console_socket else "",
         log_path=str(inv.log_path) if inv.log_path else "", log_format=inv.log_format,
         debug=inv.debug, verbosity=inv.verbosity, slurm_conf=str(inv.slurm_conf_path()),
-        ready_fd=write_fd, created=rfc3339_now())
+        ready_fd=write_fd, created=rfc3339_now(), bundle_info=bundle_info.to_dict(),
+        runtime=dataclasses.asdict(runtime))
     env = None
     if inv.slurm_conf is not None:
         # -f names the cluster for the Slurm commands the anchor runs too: engines

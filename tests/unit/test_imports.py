@@ -156,3 +156,18 @@ class TestDependencyDirection:
         offenders = sorted(f"{m} imports {name}" for m in _closure(module)
                            for top in IO_MODULES for name in _names(imports_of(m), top))
         assert [] == offenders
+
+
+class TestAnchorStaysLean:
+    def test_anchor_does_not_import_pydantic_or_click(self) -> None:
+        """The anchor (one per container) gets validated data from create, so it never
+        loads pydantic or click: it starts faster and stays smaller."""
+        import subprocess
+        import sys
+
+        code = ("import sys, scrun_py.anchor.__main__, scrun_py.anchor.supervisor, "
+                "scrun_py.anchor.server, scrun_py.anchor.signals, scrun_py.slurm.cli_backend;"
+                "print(sorted({m.split('.')[0] for m in sys.modules} & {'pydantic', 'click'}))")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             check=True).stdout.strip()
+        assert "[]" == out
