@@ -12,12 +12,12 @@ from typing import NoReturn
 
 import click
 
-from scrun_py import OCI_SPEC_VERSION, __version__
+from scrun_py import version_text
 from scrun_py.errors import NotSupported, ScrunError
 from scrun_py.logs import fatal_record
 from scrun_py.settings import Invocation, default_root
 
-VERSION_TEXT = f"scrun-py version {__version__}\ncommit: v{__version__}\nspec: {OCI_SPEC_VERSION}"
+VERSION_TEXT = version_text()
 UNSUPPORTED = ("exec", "pause", "resume", "ps", "update", "checkpoint", "restore", "events",
                "list", "spec")
 _BOOL_WORDS = ("true", "false", "auto", "1", "0")
