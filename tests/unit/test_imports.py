@@ -17,7 +17,7 @@ import pytest
 PACKAGE_DIR = Path(__file__).resolve().parents[2] / "scrun_py"
 
 # The `python -m scrun_py` entry point is the one module that may import the CLI.
-CLI_ENTRY_POINTS = {"scrun_py.__main__"}
+CLI_ENTRY_POINTS = {"scrun_py.__main__", "scrun_py.entry"}
 PURE_MODULES = ["scrun_py.protocol", "scrun_py.patterns", "scrun_py.oci.state",
                 "scrun_py.slurm.argv", "scrun_py.slurm.options", "scrun_py.status",
                 "scrun_py.signames"]
