@@ -139,10 +139,13 @@ start_daemons() {
 
 make_user() {
     # the test user, and a second ordinary user for the "other users are refused" tests
-    local u uid
+    local u uid home
     for u in "$TEST_USER" "$TEST_USER2"; do
         id "$u" >/dev/null 2>&1 || useradd -m -s /bin/bash "$u"
         uid=$(id -u "$u")
+        # a home left by an earlier user of the same name must belong to this one
+        home=$(getent passwd "$u" | cut -d: -f6)
+        [ "$(stat -c %u "$home")" = "$uid" ] || chown -R "$u:" "$home"
         install -d -o "$u" -g "$u" -m 700 "/run/user/$uid"
     done
 }
@@ -178,6 +181,7 @@ case "${1:-up}" in
         start_daemons
         make_user
         make_venv
+        [ "$WITH_ENGINES" = 1 ] && "$REPO/scripts/engines.sh" up
         log "cluster up: SLURM_CONF=$STATE/slurm.conf ($(slurmd -V))"
         ;;
     down) down ;;

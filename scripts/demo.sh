@@ -1,7 +1,8 @@
 #!/bin/bash
 # Set up everything on a fresh Debian 12/13 machine (packages, munge, slurmctld, slurmd,
-# crun, an ordinary test user, scrun-py in a virtualenv) and run one container through
-# scrun-py as that user on the local one-node cluster.   sudo scripts/demo.sh
+# crun, docker and podman, an ordinary test user, scrun-py in a virtualenv) and run a
+# container through scrun-py as that user on the local one-node cluster: once with
+# scrun-py itself, once with rootless `podman run`.   sudo scripts/demo.sh
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 "$REPO/scripts/cluster.sh" up
@@ -33,6 +34,22 @@ setpriv --reuid="$SCRUN_TEST_USER" --regid="$SCRUN_TEST_USER" --init-groups -- \
     env HOME="/home/$SCRUN_TEST_USER" USER="$SCRUN_TEST_USER" XDG_RUNTIME_DIR="/run/user/$uid" \
         SLURM_CONF="$SLURM_CONF" PATH="$SCRUN_TEST_VENV/bin:/usr/bin:/bin" \
     scrun-py --root "$work/root" run --bundle "$work/bundle" demo-$$
-echo "== the Slurm job that ran it =="
-job=$(squeue -h -u "$SCRUN_TEST_USER" --states=all -o '%i %j' 2>/dev/null | awk '$2=="scrun"{print $1}' | sort -n | tail -1)
-scontrol show job "$job" | grep -E 'JobId|JobState|UserId|NodeList|ExitCode' | sed 's/^ */  /'
+show_job() {
+    local job
+    job=$(squeue -h -u "$SCRUN_TEST_USER" --states=all -o '%i %j' 2>/dev/null |
+          awk '$2=="scrun"{print $1}' | sort -n | tail -1)
+    echo "== the Slurm job that ran it =="
+    scontrol show job "$job" | grep -E 'JobId|JobState|UserId|NodeList|ExitCode' | sed 's/^ */  /'
+}
+show_job
+if [ "${WITH_ENGINES:-1}" = 1 ]; then
+    eval "$("$REPO/scripts/engines.sh" env | sed 's/^/export /')"
+    echo "== podman run (rootless, as $SCRUN_TEST_USER) with scrun-py as its runtime =="
+    (cd / && setpriv --reuid="$SCRUN_TEST_USER" --regid="$SCRUN_TEST_USER" --init-groups -- \
+        env -i HOME="/home/$SCRUN_TEST_USER" USER="$SCRUN_TEST_USER" LOGNAME="$SCRUN_TEST_USER" \
+            PATH=/usr/local/bin:/usr/bin:/bin XDG_RUNTIME_DIR="/run/user/$uid" \
+            CONTAINERS_CONF="$CONTAINERS_CONF" \
+        podman run --rm "localhost/$SCRUN_TEST_IMAGE" \
+            sh -c 'echo "hello from podman, Slurm job $SLURM_JOB_ID"')
+    show_job
+fi

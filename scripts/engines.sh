@@ -1,0 +1,146 @@
+#!/bin/bash
+# Docker and podman with scrun-py as their OCI runtime, on the local cluster of
+# scripts/cluster.sh (which must be up).  Root only; idempotent.
+#
+#   scripts/engines.sh up     write the engine configuration from docs/docker.md and
+#                             docs/podman.md, start a private dockerd, import a busybox
+#                             image into docker and into podman (root and the test user)
+#   scripts/engines.sh down   stop that dockerd
+#   scripts/engines.sh env    print the environment the engine tests use
+#
+# The configuration files are the blocks of the docs (scripts/doc-block.sh), with the
+# docs' site paths replaced by the test cluster's:
+#   /opt/scrun-py/bin/scrun-py     -> $VENV/bin/scrun-py
+#   /etc/slurm/                    -> $STATE/engines/conf/  (slurm.conf and oci.conf are
+#                                     links to the cluster's; scrun.lua is
+#                                     lua/scrun-staging.lua, as the docs say)
+#   /usr/local/bin/scrun-py-slurm  -> $STATE/engines/podman/scrun-py-slurm
+set -euo pipefail
+
+STATE=${SCRUN_TEST_STATE:-/var/lib/scrun-py-test}
+TEST_USER=${SCRUN_TEST_USER:-scruntest}
+VENV=${SCRUN_TEST_VENV:-/opt/scrun-py/venv}
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+ENG=$STATE/engines
+CONF=$ENG/conf
+DOCKER=$STATE/docker
+DOCKER_SOCK=$DOCKER/docker.sock
+IMAGE=scrun-busybox
+PODMAN_CONF=$ENG/podman/containers.conf
+
+log() { printf '[engines] %s\n' "$*" >&2; }
+
+from_doc() {  # DOC TITLE DEST MODE
+    local tmp=$3.new
+    "$REPO/scripts/doc-block.sh" "$REPO/docs/$1" "$2" |
+        sed -e "s#/opt/scrun-py/bin/scrun-py#$VENV/bin/scrun-py#g" \
+            -e "s#/etc/slurm/#$CONF/#g" \
+            -e "s#/usr/local/bin/scrun-py-slurm#$ENG/podman/scrun-py-slurm#g" > "$tmp"
+    chmod "$4" "$tmp"
+    mv "$tmp" "$3"
+}
+
+user_run() {  # run a command as the test user, the way the tests do
+    local uid gid home
+    uid=$(id -u "$TEST_USER"); gid=$(id -g "$TEST_USER")
+    home=$(getent passwd "$TEST_USER" | cut -d: -f6)
+    (cd / && setpriv --reuid="$uid" --regid="$gid" --init-groups -- env -i HOME="$home" \
+        USER="$TEST_USER" LOGNAME="$TEST_USER" PATH=/usr/local/bin:/usr/bin:/bin \
+        XDG_RUNTIME_DIR="/run/user/$uid" CONTAINERS_CONF="$PODMAN_CONF" "$@")
+}
+
+write_config() {
+    [ -f "$STATE/slurm.conf" ] || { log "no cluster: run scripts/cluster.sh up first"; exit 1; }
+    install -d -m 755 "$ENG" "$CONF" "$ENG/podman" "$DOCKER"
+    ln -sfn "$STATE/slurm.conf" "$CONF/slurm.conf"
+    ln -sfn "$STATE/oci.conf" "$CONF/oci.conf"
+    install -m 644 "$REPO/lua/scrun-staging.lua" "$CONF/scrun.lua"
+    from_doc docker.md daemon.json "$DOCKER/daemon.json" 644
+    from_doc podman.md scrun-py-slurm "$ENG/podman/scrun-py-slurm" 755
+    from_doc podman.md containers.conf "$PODMAN_CONF" 644
+}
+
+rootfs_tar() {  # busybox-static with its applets in /bin and /usr/bin
+    local tar=$ENG/busybox.tar dir
+    [ -f "$tar" ] && return 0
+    dir=$(mktemp -d)
+    mkdir -p "$dir"/{bin,usr/bin,etc,tmp,proc,sys,dev,root}
+    cp /bin/busybox "$dir/bin/busybox"
+    local a
+    for a in $("$dir/bin/busybox" --list); do
+        [ "$a" = busybox ] && continue
+        ln -sf /bin/busybox "$dir/bin/$a"
+        ln -sf /bin/busybox "$dir/usr/bin/$a"
+    done
+    printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n' > "$dir/etc/passwd"
+    printf 'root:x:0:\nnogroup:x:65534:\n' > "$dir/etc/group"
+    chmod 1777 "$dir/tmp"
+    tar -C "$dir" -cf "$tar.new" .
+    rm -rf "$dir"
+    chmod 644 "$tar.new"
+    mv "$tar.new" "$tar"
+}
+
+docker_up() {
+    export DOCKER_HOST=unix://$DOCKER_SOCK
+    if ! docker version >/dev/null 2>&1; then
+        log "starting dockerd ($DOCKER)"
+        rm -f "$DOCKER/docker.pid"
+        setsid dockerd --config-file "$DOCKER/daemon.json" --host "unix://$DOCKER_SOCK" \
+            --data-root "$DOCKER/data" --exec-root "$DOCKER/exec" --pidfile "$DOCKER/docker.pid" \
+            --iptables=false --ip6tables=false --bridge=none --storage-driver=overlay2 \
+            </dev/null >"$DOCKER/dockerd.log" 2>&1 &
+        local i
+        for i in $(seq 1 300); do
+            docker version >/dev/null 2>&1 && break
+            [ "$i" = 300 ] && { log "dockerd did not start: $(tail -5 "$DOCKER/dockerd.log")"; exit 1; }
+            sleep 0.1
+        done
+    else
+        # daemon.json may have changed: dockerd reloads "runtimes" on SIGHUP
+        kill -HUP "$(cat "$DOCKER/docker.pid")"
+    fi
+    docker image inspect "$IMAGE" >/dev/null 2>&1 || docker import "$ENG/busybox.tar" "$IMAGE" >/dev/null
+}
+
+podman_up() {
+    CONTAINERS_CONF=$PODMAN_CONF podman image exists "localhost/$IMAGE" ||
+        CONTAINERS_CONF=$PODMAN_CONF podman import -q "$ENG/busybox.tar" "localhost/$IMAGE" >/dev/null
+    # rootless podman needs a home it owns and a runtime dir
+    local uid home
+    uid=$(id -u "$TEST_USER"); home=$(getent passwd "$TEST_USER" | cut -d: -f6)
+    if [ "$(stat -c %u "$home")" != "$uid" ]; then
+        log "giving $home back to $TEST_USER"
+        chown -R "$TEST_USER:" "$home"
+    fi
+    install -d -o "$TEST_USER" -g "$TEST_USER" -m 700 "/run/user/$uid"
+    user_run podman image exists "localhost/$IMAGE" ||
+        user_run podman import -q "$ENG/busybox.tar" "localhost/$IMAGE" >/dev/null
+}
+
+down() {
+    if [ -f "$DOCKER/docker.pid" ]; then
+        local pid; pid=$(cat "$DOCKER/docker.pid")
+        kill "$pid" 2>/dev/null || true
+        for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    fi
+}
+
+case "${1:-up}" in
+    up)
+        command -v dockerd >/dev/null && command -v podman >/dev/null ||
+            { log "docker.io and podman are not installed (scripts/cluster.sh up installs them)"; exit 1; }
+        write_config
+        rootfs_tar
+        docker_up
+        podman_up
+        log "engines up: DOCKER_HOST=unix://$DOCKER_SOCK CONTAINERS_CONF=$PODMAN_CONF image $IMAGE"
+        ;;
+    down) down ;;
+    env)
+        echo "DOCKER_HOST=unix://$DOCKER_SOCK"
+        echo "CONTAINERS_CONF=$PODMAN_CONF"
+        echo "SCRUN_TEST_IMAGE=$IMAGE"
+        ;;
+    *) echo "usage: $0 up|down|env" >&2; exit 2 ;;
+esac
