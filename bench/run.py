@@ -63,6 +63,7 @@ def timed(fn: Callable[[], None], n: int, warmup: int = 2) -> list[float]:
 
 def run(argv: list[str], env: dict[str, str], check: bool = True) -> None:
     res = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         check=False,
                          stderr=subprocess.PIPE, timeout=300)
     if check and res.returncode != 0:
         raise RuntimeError(f"{argv}: {res.stderr.decode()[-500:]}")
@@ -155,6 +156,18 @@ def main() -> None:
     subprocess.run(as_user(pw, ["crun", "--rootless=true", f"--root={work}/crunstate", "delete",
                                 "--force", "cs"]), env=env, check=False)
 
+    # memory with 20 containers running at once
+    many = [f"m{i}" for i in range(20)]
+    for cid in many:
+        p = subprocess.Popen([*base, "create", "--bundle", str(work / "sleep"), "--pid-file",
+                              f"{work}/{cid}.pid", cid], env=env, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        p.wait()
+        run([*base, "start", cid], env)
+    rss20 = [rss_kb(int(Path(f"{work}/{cid}.pid").read_text())) for cid in many]
+    for cid in many:
+        run([*base, "delete", "--force", cid], env)
+
     # concurrency: N containers created and run at once
     def one(i: int) -> subprocess.Popen[bytes]:
         return subprocess.Popen(as_user(pw, [SCRUN, "--root", root, "run", "--bundle",
@@ -171,21 +184,26 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     for r in rows:
         floor = by_name.get(str(r["floor"])) if r["floor"] else None
-        ratio = (f"{float(r['median_s']) / float(floor['median_s']):.2f}× {r['floor']}"  # type: ignore[arg-type]
+        ratio = (f"{float(r['median_s']) / float(floor['median_s']):.2f}x {r['floor']}"  # type: ignore[arg-type]
                  if floor else "floor")
         r["ratio"] = ratio
         print(f"| {r['name']} | {float(r['median_s']) * 1000:.0f} ms |"  # type: ignore[arg-type]
               f" {float(r['min_s']) * 1000:.0f} ms | {float(r['max_s']) * 1000:.0f} ms |"  # type: ignore[arg-type]
               f" {r['n']} | {ratio} |")
-    print(f"| anchor peak RSS (1 container) | {rss1 / 1024:.1f} MB | | | 1 | |")
+    print(f"| anchor peak RSS (1 container) | {rss1 / 1024:.1f} MB | | | 1 | target 30 MB |")
+    print(f"| anchor peak RSS (20 containers, each) | {statistics.median(rss20) / 1024:.1f} MB |"
+          f" {min(rss20) / 1024:.1f} MB | {max(rss20) / 1024:.1f} MB | 20 |"
+          f" total {sum(rss20) / 1024:.0f} MB |")
     print(f"| {opts.concurrent} concurrent `scrun-py run` | {conc:.1f} s total | | | 1 |"
           f" failures: {failures} |")
     out = Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)
     (out / "latest.json").write_text(json.dumps({
         "date": time.strftime("%Y-%m-%d"), "slurm": subprocess.run(
-            ["srun", "--version"], capture_output=True, text=True).stdout.strip(),
+            ["srun", "--version"], capture_output=True, text=True, env=env,
+            check=False).stdout.strip(),
         "rows": rows, "anchor_rss_mb_1": round(rss1 / 1024, 1),
+        "anchor_rss_mb_20": [round(r / 1024, 1) for r in rss20],
         "concurrent": {"n": opts.concurrent, "wall_s": round(conc, 2), "failures": failures},
     }, indent=2))
     shutil.rmtree(work, ignore_errors=True)

@@ -77,7 +77,7 @@ async def _create(sup: Supervisor) -> BaseException | None:
             await create
         except (asyncio.CancelledError, Exception):
             pass
-        return ScrunError("container creation interrupted")
+        return ScrunError(f"container creation interrupted: {sup.stop_reason or 'stopped'}")
     return create.exception()
 
 

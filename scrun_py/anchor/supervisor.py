@@ -15,6 +15,7 @@ import os
 import pwd
 import shlex
 import signal as signal_mod
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,9 @@ _FATAL_BY_DEFAULT = {int(s) for s in (
 RELEASE_TIMEOUT_S = 60.0
 KILL_GRACE_S = 15.0
 RUNTIME_SIGNAL_ATTEMPTS = 20
+# stop containers this long before the job's time limit (Slurm sends TERM at the limit)
+TIME_LIMIT_MARGIN_S = 15.0
+TIME_LIMIT_GRACE_S = 5.0
 
 
 def wait_status_to_exit_code(rc: int) -> int:
@@ -90,6 +94,9 @@ class Supervisor:
         self._launch_error: ScrunError | None = None
         self._abandon_task: asyncio.Task[None] | None = None
         self._version_task: asyncio.Task[tuple[int, int]] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._hook_running = False
+        self.stop_reason = ""
         self._t0 = time.monotonic()
 
     # ---- helpers -------------------------------------------------------------------------
@@ -167,6 +174,7 @@ class Supervisor:
     def request_stop(self, code: int, reason: str) -> None:
         if not self._stop.is_set():
             self._stop_code = code
+            self.stop_reason = reason
             self._event("stop requested", reason=reason)
             self._stop.set()
 
@@ -261,6 +269,15 @@ class Supervisor:
 
             self.pty_master, self.pty_slave, _ = open_pty()
         await self.allocate()
+        holder_watch = asyncio.create_task(self._holder_gone())
+
+        def job_ended(task: asyncio.Task[None]) -> None:
+            if not task.cancelled() and self.status is Status.CREATING:
+                self.request_stop(1, "the job ended while the container was being created")
+
+        holder_watch.add_done_callback(job_ended)
+        self._tasks.append(holder_watch)
+        await self._schedule_time_limit()
         await self.stage_in()
         if self.pty_master is not None:
             from scrun_py.anchor.console import send_master
@@ -319,7 +336,11 @@ class Supervisor:
             return
         self._event("stage_in started")
         self.staged_in = True
-        await asyncio.to_thread(self.hooks.stage_in, self.ctx)
+        self._hook_running = True
+        try:
+            await _in_daemon_thread(self.hooks.stage_in, self.ctx)
+        finally:
+            self._hook_running = False
         self.record.bundle = self.ctx.bundle
         self.record.rootfs = self.ctx.root_path
         self.save()
@@ -340,6 +361,46 @@ class Supervisor:
         except (SlurmError, ValueError):
             pass
         return os.getuid(), os.getgid()
+
+    async def _schedule_time_limit(self) -> None:
+        """Stop the container through the runtime shortly before the job's time limit.
+
+        Slurm's own time-limit kill cannot tear down a running container step on
+        22.05 (the step turns unkillable and the node drains), so we deliver TERM,
+        then KILL, through the runtime ourselves; the job then ends FAILED with the
+        container's exit code (143/137) instead of TIMEOUT.
+        """
+        assert self.alloc is not None
+        if not self.alloc.owned:
+            return
+        try:
+            rc, out = await self.backend.run(
+                ["squeue", "--noheader", f"--jobs={self.alloc.job_id}", "--format=%e"],
+                timeout_s=15)
+        except SlurmError:
+            return
+        end = _parse_slurm_time(out.strip()) if rc == 0 else None
+        if end is None:
+            return
+        delay = end - time.time() - TIME_LIMIT_MARGIN_S
+        self._event("time limit watch", stop_in_s=round(delay, 1))
+        self._tasks.append(asyncio.create_task(self._stop_at_time_limit(max(delay, 0.0))))
+
+    async def _stop_at_time_limit(self, delay_s: float) -> None:
+        await asyncio.sleep(delay_s)
+        if self.status is Status.CREATING:
+            self.request_stop(1, "time limit reached during create")
+            return
+        if self.step is None or self.step.returncode is not None:
+            if self.status is Status.CREATED:
+                self.request_stop(128 + int(signal_mod.SIGTERM), "time limit reached")
+            return
+        self._event("time limit reached: stopping the container")
+        await self.signal_container(int(signal_mod.SIGTERM))
+        try:
+            await asyncio.wait_for(asyncio.shield(self.step.wait()), TIME_LIMIT_GRACE_S)
+        except TimeoutError:
+            await self.signal_container(int(signal_mod.SIGKILL))
 
     async def _slurm_version(self) -> tuple[int, int]:
         try:
@@ -449,10 +510,12 @@ class Supervisor:
     async def teardown(self, exit_code: int) -> None:
         """stage_out, end the job, mark stopped, remove socket and pid file."""
         self.record.exit_code = exit_code
+        for task in self._tasks:
+            task.cancel()
         if self.staged_in and self.ctx is not None:
             self._event("stage_out started")
             try:
-                rc = await asyncio.to_thread(self.hooks.stage_out, self.ctx)
+                rc = await _in_daemon_thread(self.hooks.stage_out, self.ctx)
                 self._event("stage_out finished", rc=rc)
             except Exception as exc:  # stage_out's result is only logged (as Slurm does)
                 self.log.error("stage_out failed", error=str(exc), container_id=self.record.id)
@@ -489,9 +552,16 @@ class Supervisor:
     async def abort_create(self, err: BaseException) -> None:
         """create failed: end whatever exists and remove every trace."""
         self.log.info("create failed", error=str(err), container_id=self.record.id)
+        for task in self._tasks:
+            task.cancel()
+        if self._hook_running:
+            # stage_in still runs in its thread: the Lua state is busy, so no stage_out;
+            # end the commands it started
+            kill_descendants()
+            self.staged_in = False
         if self.staged_in and self.ctx is not None:
             with contextlib.suppress(Exception):
-                await asyncio.to_thread(self.hooks.stage_out, self.ctx)
+                await _in_daemon_thread(self.hooks.stage_out, self.ctx)
         self.staged_in = False
         if self.alloc is not None:
             await self.end_job(1)
@@ -515,6 +585,62 @@ class Supervisor:
     def snapshot(self) -> dict[str, Any]:
         return {"status": self.status.value, "job_id": self.record.job_id,
                 "bundle": self.record.bundle}
+
+
+async def _in_daemon_thread(fn: Any, *args: Any) -> Any:
+    """Run a blocking hook in a daemon thread: a hook that hangs cannot keep the anchor
+    alive after teardown (asyncio.to_thread's pool threads would be joined at exit)."""
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[Any] = loop.create_future()
+
+    def work() -> None:
+        try:
+            result = fn(*args)
+        except BaseException as exc:  # handed to the awaiting task
+            loop.call_soon_threadsafe(_settle, fut, None, exc)
+        else:
+            loop.call_soon_threadsafe(_settle, fut, result, None)
+
+    threading.Thread(target=work, name="scrun-hook", daemon=True).start()
+    return await fut
+
+
+def _settle(fut: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
+    if fut.done():
+        return
+    if exc is not None:
+        fut.set_exception(exc)
+    else:
+        fut.set_result(result)
+
+
+def _parse_slurm_time(text: str) -> float | None:
+    """squeue's %e (local time, e.g. 2026-11-29T12:45:00) → epoch; None if unlimited."""
+    try:
+        return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
+
+
+def kill_descendants() -> None:
+    """SIGKILL every process below this one (a hung hook's commands)."""
+    me = os.getpid()
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                ppid = int(fh.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    stack = list(children.get(me, []))
+    while stack:
+        pid = stack.pop()
+        stack.extend(children.get(pid, []))
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal_mod.SIGKILL)
 
 
 def _in_user_namespace() -> bool:
