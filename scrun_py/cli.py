@@ -30,7 +30,8 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
 
 
 @click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--root", type=click.Path(path_type=Path), help="Directory for container state.")
+@click.option("--root", type=click.Path(path_type=Path, readable=False),
+              help="Directory for container state.")
 @click.option("--log", "log_path", type=click.Path(path_type=Path),
               help="Append error records to this file.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text",

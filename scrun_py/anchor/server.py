@@ -27,21 +27,40 @@ class ControlServer:
         self.listener = listener
         self.log = structlog.get_logger()
         self.server: asyncio.AbstractServer | None = None
+        self._inflight: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
         self.server = await asyncio.start_unix_server(self._handle, sock=self.listener,
                                                       limit=protocol.MAX_MESSAGE)
 
-    async def close(self) -> None:
+    async def close(self, grace_s: float = 10.0) -> None:
+        """Stop accepting; let requests in flight (a `kill` whose signal step is still
+        running when the container exits) send their reply before the anchor exits."""
         if self.server is not None:
             self.server.close()
+        pending = self._inflight - {asyncio.current_task()}
+        if pending:
+            await asyncio.wait(pending, timeout=grace_s)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._inflight.add(task)
         try:
+            await self._handle_one(reader, writer)
+        finally:
+            if task is not None:
+                self._inflight.discard(task)
+
+    async def _handle_one(self, reader: asyncio.StreamReader,
+                          writer: asyncio.StreamWriter) -> None:
+        try:
+            # read the request before refusing: replying and closing first would make the
+            # client's send fail (EPIPE) and hide the refusal behind "lost connection"
+            line = await asyncio.wait_for(reader.readline(), 30)
             sock = writer.get_extra_info("socket")
             if peer_uid(sock) != os.getuid():
                 raise PermissionDenied("permission denied: container belongs to another user")
-            line = await asyncio.wait_for(reader.readline(), 30)
             req = protocol.decode_request(line)
             reply = protocol.encode_ok(**await self._dispatch(req))
         except (ScrunError, ValueError) as exc:

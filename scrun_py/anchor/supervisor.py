@@ -339,8 +339,11 @@ class Supervisor:
         self._hook_running = True
         try:
             await _in_daemon_thread(self.hooks.stage_in, self.ctx)
-        finally:
+        except Exception:
             self._hook_running = False
+            raise
+        # on cancellation (create interrupted) the hook is still running in its thread
+        self._hook_running = False
         self.record.bundle = self.ctx.bundle
         self.record.rootfs = self.ctx.root_path
         self.save()
@@ -554,10 +557,9 @@ class Supervisor:
         self.log.info("create failed", error=str(err), container_id=self.record.id)
         for task in self._tasks:
             task.cancel()
-        if self._hook_running:
-            # stage_in still runs in its thread: the Lua state is busy, so no stage_out;
-            # end the commands it started
-            kill_descendants()
+        hook_hung = self._hook_running
+        if hook_hung:
+            # stage_in still runs in its thread: the Lua state is busy, so no stage_out
             self.staged_in = False
         if self.staged_in and self.ctx is not None:
             with contextlib.suppress(Exception):
@@ -568,8 +570,11 @@ class Supervisor:
         elif self.record.job_id and self.record.owns_job:
             with contextlib.suppress(SlurmError):
                 await self.backend.run(slurm_argv.build_scancel_argv(self.record.job_id))
+        if hook_hung:
+            kill_descendants()  # the commands the hung hook started (the job has ended)
         self._close_pty()
-        self.hooks.close()
+        if not hook_hung:
+            self.hooks.close()
         if self.spec.pid_file:
             spool.remove_pid_file(Path(self.spec.pid_file), os.getpid())
         spool.remove_tree(spool.container_dir(self.root, self.record.id))

@@ -343,7 +343,7 @@ def user_env(cluster: Path) -> Iterator[Env]:
 
 
 @pytest.fixture
-def conf_dir(cluster: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def conf_dir(cluster: Path) -> Iterator[Path]:
     """A copy of the cluster's config dir that a test may break (oci.conf, scrun.lua)."""
     d = BASE / f"conf-{uuid.uuid4().hex[:8]}"
     d.mkdir(mode=0o755)
@@ -351,7 +351,8 @@ def conf_dir(cluster: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
         if (STATE / name).exists():
             shutil.copy(STATE / name, d / name)
     os.chmod(d, 0o755)
-    return d
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
 
 
 # -- helpers for the reliability tests (bad input, faults, load, security) ------------------

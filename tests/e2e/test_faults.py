@@ -50,6 +50,7 @@ def _running(env: Env, cid: str, conf: Path | None = None) -> tuple[object, int]
 
 
 class TestAnchorFaults:
+    @pytest.mark.case("F-03")
     def test_anchor_sigkill(self, env: Env) -> None:
         """SIGKILL of the anchor: state says stopped, the job ends by itself (no orphan job),
         delete --force cleans up."""
@@ -64,6 +65,7 @@ class TestAnchorFaults:
         assert 0 == env.run("delete", "--force", "ak").returncode
         assert [] == leftovers(env, "ak", [job])
 
+    @pytest.mark.case("F-04")
     @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
     def test_signal_to_anchor(self, env: Env, conf_dir: Path, sig: signal.Signals) -> None:
         """SIGTERM/SIGINT to the anchor: the container is stopped, stage_out runs, the job
@@ -103,6 +105,7 @@ def _ctld(action: str) -> None:
 
 
 class TestControllerFaults:
+    @pytest.mark.case("F-01")
     def test_controller_down_at_create(self, user_env: Env) -> None:
         """slurmctld down: create fails after the configured wait with a clear error and
         leaves nothing behind."""
@@ -121,6 +124,7 @@ class TestControllerFaults:
         assert "job allocation" in created.stderr()
         assert [] == leftovers(env, "down")
 
+    @pytest.mark.case("F-02")
     def test_controller_restart_while_running(self, user_env: Env) -> None:
         """slurmctld restarted while a container runs: the container finishes normally."""
         env = user_env
