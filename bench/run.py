@@ -70,7 +70,11 @@ def run(argv: list[str], env: dict[str, str], check: bool = True) -> None:
 
 
 def rss_kb(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    for line in text.splitlines():
         if line.startswith("VmHWM:"):
             return int(line.split()[1])
     return 0
@@ -158,13 +162,21 @@ def main() -> None:
 
     # memory with 20 containers running at once
     many = [f"m{i}" for i in range(20)]
+    pids: list[int] = []
     for cid in many:
-        p = subprocess.Popen([*base, "create", "--bundle", str(work / "sleep"), "--pid-file",
-                              f"{work}/{cid}.pid", cid], env=env, stdin=subprocess.DEVNULL,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        p.wait()
+        # the anchor keeps create's stdio (the container's): never a pipe we read to EOF
+        with open(work / f"{cid}.err", "wb") as err:
+            p = subprocess.Popen([*base, "create", "--bundle", str(work / "sleep"),
+                                  "--pid-file", f"{work}/{cid}.pid", cid], env=env,
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=err)
+            p.wait()
+        if p.returncode != 0:
+            raise RuntimeError(f"create {cid}: {(work / f'{cid}.err').read_text()[-300:]}")
+        pids.append(int(Path(f"{work}/{cid}.pid").read_text()))
         run([*base, "start", cid], env)
-    rss20 = [rss_kb(int(Path(f"{work}/{cid}.pid").read_text())) for cid in many]
+    time.sleep(1)
+    rss20 = [rss_kb(pid) for pid in pids]
     for cid in many:
         run([*base, "delete", "--force", cid], env)
 

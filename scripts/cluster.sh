@@ -93,9 +93,14 @@ CONF
             22.05) printf 'SchedulerType=sched/backfill\nSwitchType=switch/none\nSlurmctldTimeout=30\nSlurmdTimeout=30\n' ;;
         esac
         echo "NodeName=$h NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem State=UNKNOWN"
-        echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:8"
-        echo "PartitionName=other Nodes=ALL Default=NO MaxTime=60 State=UP OverSubscribe=FORCE:8"
+        # oversubscribed so the load tests (50 containers) and benchmarks (20 running at
+        # once) fit on a 2-CPU machine: CPUs x 32 job slots
+        echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:32"
+        echo "PartitionName=other Nodes=ALL Default=NO MaxTime=60 State=UP OverSubscribe=FORCE:32"
     } > "$STATE/slurm.conf.new"
+    if [ -f "$STATE/slurm.conf" ] && ! cmp -s "$STATE/slurm.conf.new" "$STATE/slurm.conf"; then
+        CONF_CHANGED=1
+    fi
     mv "$STATE/slurm.conf.new" "$STATE/slurm.conf"
     case "$ver" in
         22.05) ;;
@@ -117,6 +122,10 @@ start_daemons() {
     if ! pid_alive "$STATE/ctld/slurmctld.pid"; then
         log "starting slurmctld"
         slurmctld -f "$STATE/slurm.conf"
+    fi
+    if [ "${CONF_CHANGED:-0}" = 1 ]; then
+        log "slurm.conf changed: reconfiguring"
+        SLURM_CONF=$STATE/slurm.conf scontrol reconfigure || true
     fi
     if ! pid_alive "$STATE/slurmd.pid"; then
         log "starting slurmd"

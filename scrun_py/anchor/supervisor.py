@@ -506,6 +506,8 @@ class Supervisor:
     async def _holder_gone(self) -> None:
         if self.alloc is not None and self.alloc.holder is not None:
             await self.alloc.holder.wait()
+            if self.alloc.poll_stderr is not None:
+                self.alloc.poll_stderr()
             self._event("job allocation ended", stderr=self.alloc.holder_stderr[-3:])
         else:
             await asyncio.Event().wait()

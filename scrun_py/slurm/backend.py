@@ -17,6 +17,7 @@ class Allocation:
     owned: bool
     holder: asyncio.subprocess.Process | None = None
     holder_stderr: list[str] = field(default_factory=list)
+    poll_stderr: Callable[[], int] | None = None  # refresh holder_stderr (backend-specific)
 
 
 class SlurmBackend(Protocol):

@@ -13,8 +13,10 @@ import fcntl
 import os
 import re
 import signal
+import tempfile
 import termios
 from collections.abc import Callable, Sequence
+from typing import IO
 
 from scrun_py.errors import AllocationFailed, SlurmError, StepLaunchFailed
 from scrun_py.slurm.argv import READY_MARKER, build_salloc_argv, build_scancel_argv
@@ -36,6 +38,35 @@ def _slurm_message(lines: list[str]) -> str:
     return (useful or lines or ["no output"])[-1].strip()
 
 
+class _StderrFile:
+    """Reads what salloc appended to its stderr file since the last call."""
+
+    def __init__(self, fh: IO[bytes], alloc: Allocation) -> None:
+        self.fh = fh
+        self.alloc = alloc
+        self.offset = 0
+        self.partial = b""
+
+    def poll(self) -> int:
+        """Collect new lines into alloc.holder_stderr; return a job id seen, or 0."""
+        try:
+            data = os.pread(self.fh.fileno(), 65536, self.offset)
+        except (OSError, ValueError):
+            return 0
+        self.offset += len(data)
+        lines = (self.partial + data).split(b"\n")
+        self.partial = lines.pop()
+        job_id = 0
+        for raw in lines:
+            line = raw.decode(errors="replace")
+            self.alloc.holder_stderr.append(line)
+            m = _JOB_ID_RE.search(line)
+            if m and not job_id:
+                job_id = int(m.group(1))
+        del self.alloc.holder_stderr[:-50]
+        return job_id
+
+
 class CliSlurm:
     def __init__(self, salloc: str = "salloc") -> None:
         self._salloc = salloc
@@ -44,25 +75,28 @@ class CliSlurm:
     async def allocate(self, alloc_opts: Sequence[str], env: dict[str, str],
                        on_job_id: Callable[[int], None], timeout_s: float | None) -> Allocation:
         argv = build_salloc_argv(alloc_opts, self._salloc)
+        # salloc's stderr goes to an unlinked file, not a pipe: if the anchor dies, a
+        # salloc writing to a broken pipe spins at 100% CPU forever (seen on 22.05)
+        # kept open for the allocation's lifetime (polled), closed with the process
+        err_file = tempfile.TemporaryFile(prefix="scrun-py-salloc-")  # noqa: SIM115
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, env=env, start_new_session=True)
+                stderr=err_file, env=env, start_new_session=True)
         except OSError as exc:
+            err_file.close()
             raise AllocationFailed(f"cannot run salloc: {exc.strerror}") from exc
-        assert proc.stdout is not None and proc.stderr is not None
+        assert proc.stdout is not None
         alloc = Allocation(job_id=0, env={}, owned=True, holder=proc)
+        reader = _StderrFile(err_file, alloc)
 
         async def read_stderr() -> None:
-            assert proc.stderr is not None
-            async for raw in proc.stderr:
-                line = raw.decode(errors="replace").rstrip("\n")
-                alloc.holder_stderr.append(line)
-                del alloc.holder_stderr[:-50]
-                m = _JOB_ID_RE.search(line)
-                if m and not alloc.job_id:
-                    alloc.job_id = int(m.group(1))
-                    on_job_id(alloc.job_id)
+            while True:
+                job_id = reader.poll()
+                if job_id and not alloc.job_id:
+                    alloc.job_id = job_id
+                    on_job_id(job_id)
+                await asyncio.sleep(0.05)
 
         stderr_task = asyncio.create_task(read_stderr())
         alloc_task = asyncio.create_task(self._read_env(proc))
@@ -72,6 +106,7 @@ class CliSlurm:
             alloc_task.cancel()
             await self._abort(proc, alloc)
             stderr_task.cancel()
+            reader.poll()
             raise AllocationFailed(
                 f"job allocation not granted within {timeout_s:g}s"
                 + (f" ({_slurm_message(alloc.holder_stderr)})" if alloc.holder_stderr else "")
@@ -80,11 +115,12 @@ class CliSlurm:
             await self._abort(proc, alloc)
             stderr_task.cancel()
             raise
+        stderr_task.cancel()
         if done is None:
             await proc.wait()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(stderr_task, 2)
+            reader.poll()
             raise AllocationFailed(f"job allocation failed: {_slurm_message(alloc.holder_stderr)}")
+        alloc.poll_stderr = reader.poll
         alloc.env = done
         job_id = int(done.get("SLURM_JOB_ID", "0") or 0)
         if not job_id:
