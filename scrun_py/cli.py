@@ -144,6 +144,16 @@ def features() -> None:
 
 
 @scrun.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
+@click.pass_obj
+def doctor(inv: Invocation, as_json: bool) -> None:
+    """Check everything a site needs (Slurm, munge, oci.conf, scrun.lua, runtime, …)."""
+    from scrun_py.commands import doctor as verb
+
+    verb.run(inv, as_json)
+
+
+@scrun.command()
 def version() -> None:
     """Print the version."""
     click.echo(VERSION_TEXT)

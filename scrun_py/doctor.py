@@ -1,0 +1,213 @@
+"""`scrun-py doctor`: check, in order, everything a site needs for scrun-py.
+
+Each check returns a `Check` (ok / warning / failed, what was found, how to fix).
+Checks after a failed one still run when they can, so one run shows every problem.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from scrun_py.errors import ScrunError
+from scrun_py.settings import Invocation
+
+OK, WARN, FAIL = "ok", "warning", "failed"
+SLURM_COMMANDS = ("salloc", "srun", "scancel", "squeue", "sinfo")
+_MARK = {OK: "✔", WARN: "!", FAIL: "✘"}
+
+
+@dataclass
+class Check:
+    name: str
+    status: str
+    found: str
+    fix: str = ""
+
+    @property
+    def fatal(self) -> bool:
+        return self.status == FAIL
+
+
+def _run(argv: list[str], timeout_s: float = 15, stdin: bytes | None = None,
+         env: dict[str, str] | None = None) -> tuple[int, str]:
+    try:
+        res = subprocess.run(argv, input=stdin, capture_output=True, timeout=timeout_s,
+                             env=env, check=False)
+    except FileNotFoundError:
+        return 127, f"{argv[0]}: not found"
+    except subprocess.TimeoutExpired:
+        return 124, f"{argv[0]}: timed out after {timeout_s:g}s"
+    out = (res.stdout + res.stderr).decode(errors="replace").strip()
+    return res.returncode, out
+
+
+class Doctor:
+    """Runs the checks for one invocation; results in `self.checks`."""
+
+    def __init__(self, inv: Invocation) -> None:
+        self.inv = inv
+        self.slurm_conf = inv.slurm_conf_path()
+        self.env = {**os.environ, "SLURM_CONF": str(self.slurm_conf)}
+        self.version: tuple[int, int] | None = None
+        self.checks: list[Check] = []
+        self._runtime_cmd: str | None = None
+
+    def run(self) -> list[Check]:
+        steps: list[Callable[[], Check]] = [
+            self.slurm_commands, self.slurm_conf_found, self.slurmctld, self.munge,
+            self.oci_conf, self.scrun_lua, self.oci_runtime, self.user_namespaces,
+            self.root_dir, self.engines]
+        for step in steps:
+            try:
+                self.checks.append(step())
+            except Exception as exc:  # a check must never crash the report
+                self.checks.append(Check(step.__name__, FAIL, f"check crashed: {exc!r}"))
+        return self.checks
+
+    def slurm_commands(self) -> Check:
+        missing = [c for c in SLURM_COMMANDS if shutil.which(c) is None]
+        if missing:
+            return Check("Slurm client commands", FAIL, "missing: " + ", ".join(missing),
+                         "install Slurm's client commands (Debian: slurm-client)")
+        rc, out = _run(["srun", "--version"], env=self.env)
+        words = out.split()
+        if rc == 0 and len(words) >= 2:
+            parts = words[-1].split(".")
+            if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
+                self.version = (int(parts[0]), int(parts[1]))
+        if self.version is None:
+            return Check("Slurm client commands", FAIL, f"srun --version: {out[:200]}",
+                         "check the Slurm installation")
+        if self.version < (22, 5):
+            return Check("Slurm client commands", FAIL, out,
+                         "scrun-py needs Slurm 22.05 or newer")
+        return Check("Slurm client commands", OK, out)
+
+    def slurm_conf_found(self) -> Check:
+        if self.slurm_conf.is_file():
+            return Check("slurm.conf", OK, str(self.slurm_conf))
+        return Check("slurm.conf", FAIL, f"{self.slurm_conf}: not found",
+                     "pass -f /path/to/slurm.conf or set SLURM_CONF")
+
+    def slurmctld(self) -> Check:
+        rc, out = _run(["scontrol", "ping"], env=self.env)
+        if rc == 0 and "UP" in out:
+            return Check("slurmctld answering", OK, out.splitlines()[0])
+        return Check("slurmctld answering", FAIL, (out or f"exit {rc}").splitlines()[-1][:200],
+                     "start slurmctld; check SlurmctldHost in slurm.conf and the network")
+
+    def munge(self) -> Check:
+        rc, cred = _run(["munge", "-n"])
+        if rc != 0:
+            return Check("munge", FAIL, cred[:200], "start munged (AuthType=auth/munge)")
+        rc, out = _run(["unmunge"], stdin=cred.encode())
+        if rc != 0:
+            return Check("munge", FAIL, out.splitlines()[0][:200] if out else f"exit {rc}",
+                         "check /etc/munge/munge.key is the same on every node")
+        return Check("munge", OK, "credential encoded and decoded")
+
+    def oci_conf(self) -> Check:
+        from scrun_py.oci_conf import find_oci_conf, load_oci_conf
+
+        path = find_oci_conf(self.slurm_conf)
+        try:
+            conf = load_oci_conf(path)
+        except ScrunError as exc:
+            return Check("oci.conf", FAIL, str(exc), "see oci.conf.example and docs/oci.conf.md")
+        problems = conf.supported_by(self.version) if self.version else []
+        pattern = conf.runtime_run or conf.runtime_create or ""
+        self._runtime_cmd = pattern.split()[0] if pattern.split() else None
+        if problems:
+            return Check("oci.conf", FAIL, f"{path}: " + "; ".join(problems),
+                         f"this Slurm ({'.'.join(map(str, self.version or ()))}) cannot run "
+                         "this oci.conf: see docs/oci.conf.md")
+        return Check("oci.conf", OK, f"{path} ({conf.mode} mode)")
+
+    def scrun_lua(self) -> Check:
+        from scrun_py.hooks.lua import NoHooks, load_hooks
+
+        try:
+            hooks = load_hooks(self.slurm_conf)
+        except ScrunError as exc:
+            return Check("scrun.lua", FAIL, str(exc), "fix the script (docs/hooks.md)")
+        if isinstance(hooks, NoHooks):
+            return Check("scrun.lua", WARN, "none: stage_in/stage_out are no-ops",
+                         "bundles must then be on a filesystem the compute nodes share; "
+                         "see lua/")
+        script = getattr(hooks, "script", "scrun.lua")
+        hooks.close()
+        return Check("scrun.lua", OK, f"{script}: loads, both hooks defined")
+
+    def oci_runtime(self) -> Check:
+        cmd = self._runtime_cmd
+        if not cmd:
+            return Check("OCI runtime", WARN, "no RunTimeRun/RunTimeCreate to inspect")
+        found = shutil.which(cmd)
+        if found is None:
+            return Check("OCI runtime", FAIL, f"{cmd}: not on PATH here",
+                         f"install {cmd} on the compute nodes (oci.conf runs it there)")
+        return Check("OCI runtime", OK, found)
+
+    def user_namespaces(self) -> Check:
+        try:
+            limit = int(Path("/proc/sys/user/max_user_namespaces").read_text())
+        except (OSError, ValueError):
+            limit = -1
+        if limit == 0:
+            return Check("unprivileged user namespaces", FAIL, "user.max_user_namespaces = 0",
+                         "sysctl -w user.max_user_namespaces=15000")
+        rc, out = _run(["unshare", "--user", "--map-root-user", "true"])
+        if rc != 0:
+            return Check("unprivileged user namespaces", FAIL, out[:200],
+                         "allow unprivileged user namespaces (sysctl, AppArmor policy)")
+        return Check("unprivileged user namespaces", OK, f"max_user_namespaces={limit}")
+
+    def root_dir(self) -> Check:
+        root = self.inv.root
+        probe = root
+        while not os.path.exists(probe) and probe != probe.parent:
+            probe = probe.parent
+        if os.path.isdir(probe) and os.access(probe, os.W_OK | os.X_OK):
+            return Check("--root", OK, f"{root} (usable)")
+        return Check("--root", FAIL, f"{root}: not writable (nearest existing: {probe})",
+                     "pass --root, or set XDG_RUNTIME_DIR to a writable directory")
+
+    def engines(self) -> Check:
+        found = []
+        rc, out = _run(["docker", "info", "--format", "{{json .Runtimes}}"], timeout_s=10)
+        if rc == 0 and "scrun-py" in out:
+            found.append("docker")
+        for conf in (Path("/etc/containers/containers.conf"),
+                     Path(os.environ.get("CONTAINERS_CONF", "/nonexistent")),
+                     Path.home() / ".config/containers/containers.conf"):
+            try:
+                if "scrun-py" in conf.read_text():
+                    found.append(f"podman ({conf})")
+                    break
+            except OSError:
+                continue
+        if found:
+            return Check("docker/podman runtime", OK, "scrun-py registered with "
+                         + ", ".join(found))
+        return Check("docker/podman runtime", WARN, "no engine has scrun-py as a runtime",
+                     "see docs/docker.md and docs/podman.md")
+
+
+def render_table(checks: list[Check]) -> str:
+    width = max(len(c.name) for c in checks)
+    lines = []
+    for c in checks:
+        line = f"{_MARK[c.status]} {c.name.ljust(width)}  {c.found}"
+        if c.fix and c.status != OK:
+            line += f"\n  {' ' * width}  fix: {c.fix}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def as_json(checks: list[Check]) -> list[dict[str, str]]:
+    return [asdict(c) for c in checks]

@@ -1,0 +1,108 @@
+"""`scrun-py doctor` on the real machine: all good, then each check broken for real."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import REPO_ROOT, Env
+from tests.e2e.test_faults import _ctld
+
+pytestmark = pytest.mark.e2e
+
+
+def _doctor(env: Env, *args: str, conf: Path | None = None,
+            extra_env: dict[str, str] | None = None) -> tuple[int, dict[str, dict[str, str]]]:
+    argv = env.cmd("doctor", "--json", *args, conf=conf, log=False)
+    res = subprocess.run(argv, env={**env.user.env(), **(extra_env or {})},
+                         capture_output=True, text=True, timeout=120)
+    checks = {c["name"]: c for c in json.loads(res.stdout)}
+    return res.returncode, checks
+
+
+def _engine_env() -> dict[str, str]:
+    out = subprocess.run([str(REPO_ROOT / "scripts" / "engines.sh"), "env"],
+                         capture_output=True, text=True, check=True).stdout
+    return dict(line.split("=", 1) for line in out.split())
+
+
+class TestDoctor:
+    def test_working_machine(self, user_env: Env) -> None:
+        """On the set-up machine every check passes (no scrun.lua is only a warning) and
+        podman's configuration is recognised."""
+        rc, checks = _doctor(user_env, extra_env=_engine_env())
+        assert 0 == rc, checks
+        failed = [n for n, c in checks.items() if c["status"] == "failed"]
+        assert [] == failed
+        assert "ok" == checks["docker/podman runtime"]["status"]
+        assert "UP" in checks["slurmctld answering"]["found"]
+
+    def test_table_output(self, user_env: Env) -> None:
+        """Without --json, doctor prints one ✔/✘/! line per check."""
+        res = subprocess.run(user_env.cmd("doctor", log=False), env=user_env.user.env(),
+                             capture_output=True, text=True, timeout=120)
+        assert 0 == res.returncode
+        assert res.stdout.startswith("✔ Slurm client commands")
+        assert 10 == sum(1 for ln in res.stdout.splitlines() if ln[:1] in "✔✘!")
+
+    def test_missing_slurm_conf(self, user_env: Env, tmp_path: Path) -> None:
+        """A slurm.conf that does not exist is fatal."""
+        rc, checks = _doctor(user_env, conf=Path("/nonexistent/slurm.conf"))
+        assert 1 == rc
+        assert "failed" == checks["slurm.conf"]["status"]
+
+    def test_broken_oci_conf(self, user_env: Env, conf_dir: Path) -> None:
+        """An oci.conf with an unknown key fails, naming the key."""
+        (conf_dir / "oci.conf").write_text((conf_dir / "oci.conf").read_text() + "Bogus=1\n")
+        rc, checks = _doctor(user_env, conf=conf_dir / "slurm.conf")
+        assert 1 == rc
+        assert "Bogus" in checks["oci.conf"]["found"]
+
+    def test_oci_conf_this_slurm_cannot_run(self, user_env: Env, conf_dir: Path) -> None:
+        """%U is valid oci.conf syntax but Slurm 22.05's slurmstepd cannot expand it."""
+        text = (conf_dir / "oci.conf").read_text().replace("%u", "%U")
+        (conf_dir / "oci.conf").write_text(text)
+        rc, checks = _doctor(user_env, conf=conf_dir / "slurm.conf")
+        version = checks["Slurm client commands"]["found"]
+        if "22.05" not in version:
+            pytest.skip(f"only 22.05 lacks %U ({version})")
+        assert 1 == rc
+        assert "%U" in checks["oci.conf"]["found"]
+
+    def test_broken_scrun_lua(self, user_env: Env, conf_dir: Path) -> None:
+        """A scrun.lua without stage_out fails, naming the script."""
+        (conf_dir / "scrun.lua").write_text("function slurm_scrun_stage_in() return 0 end\n")
+        rc, checks = _doctor(user_env, conf=conf_dir / "slurm.conf")
+        assert 1 == rc
+        assert "scrun.lua" in checks["scrun.lua"]["found"]
+
+    def test_runtime_missing(self, user_env: Env, conf_dir: Path) -> None:
+        """An oci.conf whose runtime is not installed fails the runtime check."""
+        text = (conf_dir / "oci.conf").read_text().replace("crun ", "nosuchruntime ")
+        (conf_dir / "oci.conf").write_text(text)
+        rc, checks = _doctor(user_env, conf=conf_dir / "slurm.conf")
+        assert 1 == rc
+        assert "nosuchruntime" in checks["OCI runtime"]["found"]
+
+    def test_root_not_writable(self, user_env: Env) -> None:
+        """A --root the user cannot write is fatal."""
+        argv = user_env.cmd("doctor", "--json", log=False)
+        argv[argv.index("--root") + 1] = "/root/scrun"
+        res = subprocess.run(argv, env=user_env.user.env(), capture_output=True, text=True,
+                             timeout=120)
+        checks = {c["name"]: c for c in json.loads(res.stdout)}
+        assert 1 == res.returncode
+        assert "failed" == checks["--root"]["status"]
+
+    def test_slurmctld_down(self, user_env: Env) -> None:
+        """With slurmctld stopped, doctor says so and fails."""
+        _ctld("stop")
+        try:
+            rc, checks = _doctor(user_env)
+        finally:
+            _ctld("start")
+        assert 1 == rc
+        assert "failed" == checks["slurmctld answering"]["status"]
