@@ -88,6 +88,7 @@ InactiveLimit=0
 MinJobAge=300
 KillWait=2
 Waittime=0
+Licenses=scrunlic:1
 CONF
         case "$ver" in
             22.05) printf 'SchedulerType=sched/backfill\nSwitchType=switch/none\nSlurmctldTimeout=30\nSlurmdTimeout=30\n' ;;

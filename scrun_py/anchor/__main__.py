@@ -35,11 +35,14 @@ def _prepare(spec: AnchorSpec) -> Supervisor:
     from scrun_py.errors import ScrunError
     from scrun_py.hooks.lua import load_hooks
     from scrun_py.slurm.cli_backend import CliSlurm
-    from scrun_py.slurm.options import job_options
+    from scrun_py.slurm.options import ANNOTATION_OPTIONS, job_options
 
     environ = dict(os.environ)
     bundle = BundleInfo.from_dict(spec.bundle_info)
     environ.update(bundle.imported_env)
+    for key, var in ANNOTATION_OPTIONS.items():
+        if key in bundle.config.annotations and var not in environ:
+            environ[var] = bundle.config.annotations[key]
     slurm_conf = Path(spec.slurm_conf)
     oci_conf = RuntimeSettings(**spec.runtime)
     levels = logs.env_levels(environ, debug=spec.debug, verbosity=spec.verbosity,

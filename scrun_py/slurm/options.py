@@ -51,6 +51,8 @@ SCRUN_OPTIONS: dict[str, Opt] = {
     "SCRUN_JOB_NODELIST": Opt("--nodelist"),
     "SCRUN_JOB_NUM_NODES": Opt("--nodes"),
     "SCRUN_LABELIO": Opt("--label", "step", flag=True),
+    # not in Slurm's table: licenses (and hierarchical resources built on them)
+    "SCRUN_LICENSES": Opt("--licenses"),
     "SCRUN_MEM_BIND": Opt("--mem-bind"),
     "SCRUN_MEM_PER_CPU": Opt("--mem-per-cpu"),
     "SCRUN_MEM_PER_GPU": Opt("--mem-per-gpu"),
@@ -92,6 +94,9 @@ SCRUN_OPTIONS: dict[str, Opt] = {
     "SCRUN_WCKEY": Opt("--wckey"),
     "SCRUN_WORKING_DIR": Opt("--chdir"),
 }
+
+# config.json annotations that stand for a SCRUN_* variable (the variable wins)
+ANNOTATION_OPTIONS: dict[str, str] = {"org.scrun-py.licenses": "SCRUN_LICENSES"}
 
 # Slurm forces the job name; SCRUN_JOB_NAME is parsed and then overridden.
 JOB_NAME = "scrun"

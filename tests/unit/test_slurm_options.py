@@ -37,6 +37,7 @@ VALUED: dict[str, tuple[str, str]] = {
     "SCRUN_GRES": ("--gres", "alloc"),
     "SCRUN_HINT": ("--hint", "alloc"),
     "SCRUN_JOB_NODELIST": ("--nodelist", "alloc"),
+    "SCRUN_LICENSES": ("--licenses", "alloc"),  # scrun-py extension
     "SCRUN_JOB_NUM_NODES": ("--nodes", "alloc"),
     "SCRUN_MEM_BIND": ("--mem-bind", "alloc"),
     "SCRUN_MEM_PER_CPU": ("--mem-per-cpu", "alloc"),
