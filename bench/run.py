@@ -3,7 +3,9 @@
     sudo scripts/cluster.sh up && sudo /opt/scrun-py/venv/bin/python bench/run.py [-n N]
 
 Prints a Markdown table (median, min, max, ratio to the floor) and writes
-bench/results/latest.json.  Runs as the ordinary test user, like a real site.
+bench/results/latest.json.  Runs as the ordinary test user, like a real site; the
+`podman run --rm` / `docker run --rm` rows run the engines of `scripts/engines.sh` as root,
+each against the same command with its plain runtime (crun, runc).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 STATE = Path(os.environ.get("SCRUN_TEST_STATE", "/var/lib/scrun-py-test"))
@@ -25,6 +28,10 @@ VENV = Path(os.environ.get("SCRUN_TEST_VENV", "/opt/scrun-py/venv"))
 USER = os.environ.get("SCRUN_TEST_USER", "scruntest")
 SCRUN = str(VENV / "bin" / "scrun-py")
 APPLETS = ("sh", "true", "sleep", "echo")
+ENGINES_SH = Path(__file__).resolve().parents[1] / "scripts" / "engines.sh"
+# podman (root) asks crun for nofile=1048576 and a large nproc; without CAP_SYS_RESOURCE
+# crun's setrlimit fails, and conmon's own nproc hard limit is 32768 here
+PODMAN_CRUN_ULIMITS = ("--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768")
 
 
 def user_env(pw: pwd.struct_passwd) -> dict[str, str]:
@@ -67,6 +74,20 @@ def run(argv: list[str], env: dict[str, str], check: bool = True) -> None:
                          stderr=subprocess.PIPE, timeout=300)
     if check and res.returncode != 0:
         raise RuntimeError(f"{argv}: {res.stderr.decode()[-500:]}")
+
+
+def engine_env() -> dict[str, str]:
+    """root's environment for docker and podman: `scripts/engines.sh env` (the engines
+    find the cluster through their own configuration, so no SLURM_CONF)."""
+    out = subprocess.run([str(ENGINES_SH), "env"], capture_output=True, text=True,
+                         check=True, timeout=60).stdout
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "HOME": "/root",
+           "LANG": "C.UTF-8"}
+    for line in out.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            env[key] = value
+    return env
 
 
 def rss_kb(pid: int) -> int:
@@ -134,6 +155,21 @@ def main() -> None:
     add("scrun-py create→start→exit→delete", timed(lifecycle, opts.n),
         "srun --container true (Slurm floor)")
     add("scrun-py run", timed(scrun_run, opts.n), "srun --container true (Slurm floor)")
+
+    # the engines as root, `true` in the test image; only the runtime differs
+    eng = engine_env()
+    image = eng.get("SCRUN_TEST_IMAGE", "scrun-busybox")
+    podman = ["podman", "run", "--rm", "--network", "none", *PODMAN_CRUN_ULIMITS]
+    docker = ["docker", "run", "--rm", "--network", "none"]
+    for what, argv, plain in (("podman run --rm", podman, "crun"),
+                              ("docker run --rm", docker, "runc")):
+        img = f"localhost/{image}" if argv[0] == "podman" else image
+        base_row = f"{what} true ({plain}, root)"
+        add(base_row, timed(partial(run, [*argv, "--runtime", plain, img, "true"], eng),
+                            opts.n), None)
+        add(f"{what} true (scrun-py, root)",
+            timed(partial(run, [*argv, "--runtime", "slurm", img, "true"], eng), opts.n),
+            base_row)
 
     # short commands against one running container
     base = as_user(pw, [SCRUN, "--root", root])

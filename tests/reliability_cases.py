@@ -142,6 +142,9 @@ CASES: tuple[Case, ...] = (
     Case("L-02", "load", "20 clients running `state` on one container during "
          "create/start/exit", "every answer is valid JSON with a legal status that never "
          "goes backwards; failures only `container does not exist` before create"),
+    Case("L-03", "load", "20 containers through rootless `podman run --rm` at once "
+         "(ordinary user)", "each is its own job, prints its own line and exits with its own "
+         "code (i % 5); no container, job, anchor, spool dir or staged rootfs left"),
     # -- security --------------------------------------------------------------------------
     Case("S-01", "isolation", "another user runs `state`/`start`/`kill`/`delete` on the "
          "container (same `--root`)", "fails: permission denied; the container is unaffected"),

@@ -84,6 +84,9 @@ class AnchorSpec:
     created: str
     bundle_info: dict[str, Any] = field(default_factory=dict)
     runtime: dict[str, Any] = field(default_factory=dict)
+    audit_file: str = ""
+    audit_syslog: bool = False
+    engine: str = ""
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))

@@ -22,7 +22,7 @@ from typing import Any
 
 import structlog
 
-from scrun_py import spool, store
+from scrun_py import audit, spool, store
 from scrun_py.anchor.spec import AnchorSpec, BundleInfo, RuntimeSettings
 from scrun_py.errors import (
     AllocationFailed,
@@ -538,6 +538,10 @@ class Supervisor:
         if self.delete_requested:
             spool.remove_tree(cdir)
         self._event("container stopped", exit_code=exit_code)
+        audit.record(audit.AuditSettings(self.spec.audit_file, self.spec.audit_syslog), "exit",
+                     container_id=self.record.id, engine=self.spec.engine,
+                     job_id=self.record.job_id or None, bundle=self.record.bundle,
+                     exit_code=exit_code)
         self._stopped.set()
 
     async def end_job(self, exit_code: int) -> None:

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from scrun_py import spool
+from scrun_py import audit, spool, store
 from scrun_py.anchor import readiness
 from scrun_py.anchor.spec import (
     AnchorSpec,
@@ -28,10 +28,31 @@ from scrun_py.settings import Invocation
 def run(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | None,
         console_socket: str | None) -> subprocess.Popen[bytes]:
     """Create the container; return the anchor process handle (used by `run`)."""
+
+    spool.validate_id(container_id)
+    settings = audit.load_settings(inv.slurm_conf_path())
+    try:
+        anchor = _create(inv, container_id, bundle, pid_file, console_socket, settings)
+    except ScrunError as exc:
+        audit.record(settings, "create-failed", container_id=container_id,
+                     engine=audit.detect_engine(), bundle=bundle, error=str(exc))
+        raise
+    job_id = None
+    try:
+        job_id = store.load(inv.root, container_id).job_id
+    except ScrunError:
+        pass
+    audit.record(settings, "create", container_id=container_id, engine=audit.detect_engine(),
+                 job_id=job_id, bundle=os.path.abspath(bundle) if bundle else os.getcwd())
+    return anchor
+
+
+def _create(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | None,
+            console_socket: str | None,
+            settings: audit.AuditSettings) -> subprocess.Popen[bytes]:
     from scrun_py.oci.bundle import load_bundle
     from scrun_py.oci_conf import find_oci_conf, load_oci_conf
 
-    spool.validate_id(container_id)
     bundle_path = os.path.abspath(bundle) if bundle else os.getcwd()
     loaded = load_bundle(bundle_path)
     pid_path = os.path.abspath(pid_file) if pid_file else ""
@@ -62,7 +83,8 @@ def run(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | 
         log_path=str(inv.log_path) if inv.log_path else "", log_format=inv.log_format,
         debug=inv.debug, verbosity=inv.verbosity, slurm_conf=str(inv.slurm_conf_path()),
         ready_fd=write_fd, created=rfc3339_now(), bundle_info=bundle_info.to_dict(),
-        runtime=dataclasses.asdict(runtime))
+        runtime=dataclasses.asdict(runtime), audit_file=settings.file,
+        audit_syslog=settings.syslog, engine=audit.detect_engine())
     env = None
     if inv.slurm_conf is not None:
         # -f names the cluster for the Slurm commands the anchor runs too: engines

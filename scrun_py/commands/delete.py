@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from scrun_py import client, spool, store
+from scrun_py import audit, client, spool, store
 from scrun_py.errors import AnchorUnreachable, ContainerNotFound, ContainerStillRunning
 from scrun_py.settings import Invocation
 from scrun_py.status import Status
@@ -39,6 +39,8 @@ def run(inv: Invocation, container_id: str, force: bool) -> None:
     if record.pid_file and record.anchor_pid:
         spool.remove_pid_file(Path(record.pid_file), record.anchor_pid)
     spool.remove_tree(cdir)
+    audit.emit(inv.slurm_conf_path(), "delete", container_id=container_id,
+               job_id=record.job_id or None, bundle=record.bundle, force=force)
 
 
 def _wait_anchor_exit(record: store.ContainerRecord) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scrun_py import client, store
+from scrun_py import audit, client, store
 from scrun_py.errors import AnchorUnreachable, ContainerNotRunning
 from scrun_py.settings import Invocation
 from scrun_py.signames import parse_signal
@@ -18,3 +18,5 @@ def run(inv: Invocation, container_id: str, signal: str | None) -> None:
         client.request(inv.root, container_id, "kill", timeout_s=120, signal=sig)
     except AnchorUnreachable as exc:
         raise ContainerNotRunning() from exc
+    audit.emit(inv.slurm_conf_path(), "kill", container_id=container_id,
+               job_id=record.job_id or None, bundle=record.bundle, signal=sig)

@@ -125,7 +125,16 @@ def engines_up(cluster: Path) -> None:
 @pytest.fixture(params=["docker", "podman-root", "podman-rootless"])
 def engine(request: pytest.FixtureRequest, engines_up: None) -> Iterator[Engine]:
     name, _, who = str(request.param).partition("-")
-    eng = Engine(name, User.named(TEST_USER if who == "rootless" else "root"))
+    yield from _guarded(Engine(name, User.named(TEST_USER if who == "rootless" else "root")))
+
+
+@pytest.fixture
+def rootless_podman(engines_up: None) -> Iterator[Engine]:
+    yield from _guarded(Engine("podman", User.named(TEST_USER)))
+
+
+def _guarded(eng: Engine) -> Iterator[Engine]:
+    """Yield the engine under a whole-test timeout; afterwards nothing may be left."""
     before = _our_jobs(eng)
 
     def on_alarm(_sig: int, _frame: FrameType | None) -> None:
@@ -337,3 +346,40 @@ class TestEngines:
             assert "running" == engine.exit_code(name)[0]
         finally:
             engine.rm_force(name)
+
+
+N_LOAD = 20
+
+
+class TestEngineLoad:
+    @pytest.mark.case("L-03")
+    def test_twenty_concurrent_rootless_podman_runs(self, rootless_podman: Engine) -> None:
+        """20 `podman run --rm` at once as the ordinary user: each container is its own
+        job, prints its own line and returns its own exit code (i % 5); nothing is left."""
+        eng = rootless_podman
+        names = [_name(f"load{i}") for i in range(N_LOAD)]
+        procs = [subprocess.Popen(
+            eng.argv(*eng.run_args(), "--rm", "--name", name, eng.image, "sh", "-c",
+                     f"echo load-{i} job=$SLURM_JOB_ID; exit {i % 5}"),
+            env=eng.env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, cwd="/") for i, name in enumerate(names)]
+        deadline = time.monotonic() + TEST_TIMEOUT_S - 60
+        wrong, jobs = [], set()
+        try:
+            for i, proc in enumerate(procs):
+                out, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+                m = re.fullmatch(rf"load-{i} job=(\d+)\n", out)
+                if proc.returncode != i % 5 or not m:
+                    wrong.append(f"load-{i}: rc={proc.returncode} out={out!r} "
+                                 f"err={err[-300:]!r}")
+                else:
+                    jobs.add(m.group(1))
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.communicate()
+        assert [] == wrong
+        assert N_LOAD == len(jobs), f"job ids not distinct: {sorted(jobs)}"
+        assert [] == [n for n in eng("ps", "-a", "--format", "{{.Names}}").stdout.split()
+                      if n in names]

@@ -1,0 +1,112 @@
+"""Audit trail: one JSON record per lifecycle event, to a site file and/or syslog.
+
+Configured in `scrun-py.toml` next to slurm.conf:
+
+    [audit]
+    file = "/var/log/scrun-py/audit.jsonl"   # append-only JSON lines
+    syslog = true                            # tag "scrun-py", facility user
+
+An audit write that fails never fails the container; it is reported on stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import sys
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from scrun_py.errors import ConfigError
+
+SITE_FILE = "scrun-py.toml"
+
+
+@dataclass(frozen=True)
+class AuditSettings:
+    file: str = ""
+    syslog: bool = False
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.file) or self.syslog
+
+
+def load_settings(slurm_conf: Path) -> AuditSettings:
+    path = slurm_conf.parent / SITE_FILE
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        return AuditSettings()
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
+    section = data.get("audit", {})
+    if not isinstance(section, dict):
+        raise ConfigError(f"{path}: [audit] must be a table")
+    unknown = set(section) - {"file", "syslog"}
+    if unknown:
+        raise ConfigError(f"{path}: [audit]: unknown key {sorted(unknown)[0]}")
+    file, use_syslog = section.get("file", ""), section.get("syslog", False)
+    if not isinstance(file, str) or (file and not os.path.isabs(file)):
+        raise ConfigError(f"{path}: [audit] file: must be an absolute path")
+    if not isinstance(use_syslog, bool):
+        raise ConfigError(f"{path}: [audit] syslog: must be true or false")
+    return AuditSettings(file=file, syslog=use_syslog)
+
+
+def detect_engine() -> str:
+    """Who called us: docker (containerd shim), podman (conmon or podman), or the CLI."""
+    try:
+        with open(f"/proc/{os.getppid()}/comm") as fh:
+            comm = fh.read().strip()
+    except OSError:
+        return "unknown"
+    if comm.startswith("containerd-shim"):
+        return "docker"
+    if comm in ("conmon", "podman"):
+        return "podman"
+    return "cli"
+
+
+def record(settings: AuditSettings, event: str, *, container_id: str, **fields: Any) -> None:
+    if not settings.enabled:
+        return
+    from scrun_py.logs import rfc3339_now
+
+    uid = os.getuid()
+    try:
+        user = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        user = str(uid)
+    rec = {"time": rfc3339_now(), "event": event, "user": user, "uid": uid,
+           "container_id": container_id, **{k: v for k, v in fields.items() if v is not None}}
+    line = json.dumps(rec, separators=(",", ":"), default=str)
+    if settings.file:
+        try:
+            fd = os.open(settings.file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
+                         0o600)
+            try:
+                os.write(fd, (line + "\n").encode())
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            sys.stderr.write(f"scrun-py: warning: audit file {settings.file}: {exc.strerror}\n")
+    if settings.syslog:
+        import syslog
+
+        syslog.openlog("scrun-py", syslog.LOG_PID, syslog.LOG_USER)
+        syslog.syslog(syslog.LOG_NOTICE, line)
+
+
+def emit(slurm_conf: Path, event: str, *, container_id: str, **fields: Any) -> None:
+    """Load the site settings and record; a broken site file only warns here (create
+    validates it up front)."""
+    try:
+        settings = load_settings(slurm_conf)
+    except ConfigError as exc:
+        sys.stderr.write(f"scrun-py: warning: {exc}\n")
+        return
+    record(settings, event, container_id=container_id, engine=detect_engine(), **fields)

@@ -1,0 +1,100 @@
+"""Audit trail: one record per lifecycle event in the site's JSON-lines file and in a
+real syslog daemon (rsyslogd, tag scrun-py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import Env
+
+pytestmark = pytest.mark.e2e
+
+SYSLOG = Path("/var/log/syslog")
+
+
+@pytest.fixture(scope="module")
+def rsyslogd() -> Path:
+    if subprocess.run(["pgrep", "-x", "rsyslogd"], capture_output=True).returncode != 0:
+        if subprocess.run(["which", "rsyslogd"], capture_output=True).returncode != 0:
+            subprocess.run(["apt-get", "install", "-y", "-q", "rsyslog"], check=True,
+                           capture_output=True, env={**os.environ,
+                                                     "DEBIAN_FRONTEND": "noninteractive"})
+        subprocess.run(["rsyslogd"], check=True)
+        time.sleep(0.5)
+    return SYSLOG
+
+
+def _wait_for(path: Path, needle: str, timeout: float = 10) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = path.read_text(errors="replace") if path.exists() else ""
+        if needle in text:
+            return text
+        time.sleep(0.1)
+    raise AssertionError(f"{needle!r} not in {path}")
+
+
+class TestAudit:
+    def test_lifecycle_events_in_file_and_syslog(self, user_env: Env, conf_dir: Path,
+                                                 rsyslogd: Path) -> None:
+        """create, start, kill, exit and delete each leave one record with user, uid,
+        container id, job id, bundle, engine and the signal or exit code."""
+        env = user_env
+        audit_file = env.work / "audit.jsonl"
+        (conf_dir / "scrun-py.toml").write_text(
+            f'[audit]\nfile = "{audit_file}"\nsyslog = true\n')
+        conf = conf_dir / "slurm.conf"
+        cid = f"aud{os.getpid()}"
+        bundle = env.bundle(["sh", "-c", 'trap "exit 5" USR1; echo up; '
+                             "while :; do sleep 0.1; done"])
+        created = env.create(cid, bundle, conf=conf)
+        assert 0 == created.rc, created.stderr()
+        job = created.job_id()
+        assert 0 == env.run("start", cid, conf=conf).returncode
+        deadline = time.monotonic() + 30
+        while "up" not in created.stdout():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert 0 == env.run("kill", cid, "USR1", conf=conf).returncode
+        assert 5 == created.wait_exit()
+        assert 0 == env.run("delete", cid, conf=conf).returncode
+        records = [json.loads(line) for line in audit_file.read_text().splitlines()]
+        assert ["create", "start", "kill", "exit", "delete"] == [r["event"] for r in records]
+        for r in records:
+            assert (env.user.name, env.user.uid, cid, job) == (r["user"], r["uid"],
+                                                               r["container_id"], r["job_id"])
+            assert {"time", "bundle", "engine"} <= set(r)
+        assert 10 == records[2]["signal"]
+        assert 5 == records[3]["exit_code"]
+        text = _wait_for(rsyslogd, f'"container_id":"{cid}","engine"')
+        lines = [ln for ln in text.splitlines() if "scrun-py[" in ln and cid in ln]
+        assert 5 == len(lines), lines
+
+    def test_failure_is_audited(self, user_env: Env, conf_dir: Path) -> None:
+        """A create that fails leaves a create-failed record with the error."""
+        env = user_env
+        audit_file = env.work / "audit.jsonl"
+        (conf_dir / "scrun-py.toml").write_text(f'[audit]\nfile = "{audit_file}"\n')
+        bundle = env.bundle(["true"], env=["SCRUN_PARTITION=nosuch"])
+        res = env.run("create", "--bundle", str(bundle.path), "bad",
+                      conf=conf_dir / "slurm.conf")
+        assert 0 != res.returncode
+        (record,) = [json.loads(line) for line in audit_file.read_text().splitlines()]
+        assert ("create-failed", "bad") == (record["event"], record["container_id"])
+        assert "partition" in record["error"].lower()
+
+    def test_bad_site_file_fails_create(self, user_env: Env, conf_dir: Path) -> None:
+        """An invalid scrun-py.toml fails create with the file and the key named."""
+        env = user_env
+        (conf_dir / "scrun-py.toml").write_text('[audit]\nfiel = "/x"\n')
+        bundle = env.bundle(["true"])
+        res = env.run("create", "--bundle", str(bundle.path), "c",
+                      conf=conf_dir / "slurm.conf")
+        assert 0 != res.returncode
+        assert "scrun-py.toml" in res.stderr and "fiel" in res.stderr
