@@ -19,7 +19,7 @@ WITH_ENGINES=${WITH_ENGINES:-1}
 log() { printf '[cluster] %s\n' "$*" >&2; }
 
 install_packages() {
-    local pkgs=(munge slurmctld slurmd slurm-client crun runc busybox-static uidmap rsync
+    local pkgs=(munge slurmctld slurmd slurm-client crun runc busybox-static uidmap rsync rsyslog
                 python3-venv procps util-linux)
     [ "$WITH_ENGINES" = 1 ] && pkgs+=(podman docker.io)
     local missing=()
