@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from collections.abc import Mapping, MutableMapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -161,7 +160,3 @@ def configure_structlog(sinks: Sinks) -> None:
         wrapper_class=structlog.make_filtering_bound_logger(min(sinks.min_level, 50)),
         cache_logger_on_first_use=True,
     )
-
-
-def monotonic() -> float:
-    return time.monotonic()

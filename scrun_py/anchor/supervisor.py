@@ -92,7 +92,6 @@ class Supervisor:
         self._stopped = asyncio.Event()
         self._launched = asyncio.Event()
         self._launch_error: ScrunError | None = None
-        self._abandon_task: asyncio.Task[None] | None = None
         self._version_task: asyncio.Task[tuple[int, int]] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._hook_running = False
@@ -203,19 +202,10 @@ class Supervisor:
         if alloc is None or self.step is None or self.step.returncode is not None:
             return
         step_id = await self._step_id()
-        kill_pattern = self.oci_conf.runtime_kill if self.oci_conf else None
         env = self.job_env()
-        if kill_pattern and step_id is not None and (
-                self.oci_conf is None or not self.oci_conf.ignore_file_config_json):
-            try:
-                cmd = slurm_argv.signal_shell_command(kill_pattern, job_id=alloc.job_id,
-                                                      step_id=step_id, signal=sig)
-            except ValueError:
-                cmd = ""
-            if cmd:
-                argv = slurm_argv.build_command_step_argv(
-                    job_id=alloc.job_id, command=cmd, srun_path=self._srun_path(),
-                    srun_args=self._srun_args(), name="scrun-signal")
+        if self.oci_conf is None or not self.oci_conf.ignore_file_config_json:
+            argv = self._runtime_signal_argv(sig, step_id)
+            if argv is not None:
                 # Right after start the runtime may not have created the container yet;
                 # retry briefly instead of cancelling the step, which Slurm 22.05 cannot
                 # clean up in that window (the node drains with "Kill task failed").
@@ -229,6 +219,21 @@ class Supervisor:
         argv = slurm_argv.build_scancel_argv(alloc.job_id, signal=sig, step_id=step_id)
         rc, out = await self.backend.run(argv, timeout_s=30)
         self._event("signal delivered with scancel", signal=sig, rc=rc, output=out.strip())
+
+    def _runtime_signal_argv(self, sig: int, step_id: int | None) -> list[str] | None:
+        """The helper step that runs oci.conf's RunTimeKill with `sig` on the job's nodes;
+        None when there is no usable RunTimeKill (unknown step, unexpandable tokens)."""
+        pattern = self.oci_conf.runtime_kill if self.oci_conf else None
+        if not pattern or step_id is None or self.alloc is None:
+            return None
+        try:
+            cmd = slurm_argv.signal_shell_command(pattern, job_id=self.alloc.job_id,
+                                                  step_id=step_id, signal=sig)
+        except ValueError:
+            return None
+        return slurm_argv.build_command_step_argv(
+            job_id=self.alloc.job_id, command=cmd, srun_path=self._srun_path(),
+            srun_args=self._srun_args(), name="scrun-signal")
 
     async def _step_id(self) -> int | None:
         if self.record.step_id is not None or self.alloc is None:
@@ -277,8 +282,9 @@ class Supervisor:
 
         holder_watch.add_done_callback(job_ended)
         self._tasks.append(holder_watch)
-        await self._schedule_time_limit()
-        await self.stage_in()
+        end, uid, gid = await self._job_info()
+        self._schedule_time_limit(end)
+        await self.stage_in(uid, gid)
         if self.pty_master is not None:
             from scrun_py.anchor.console import send_master
 
@@ -286,8 +292,8 @@ class Supervisor:
                         os.ttyname(self.pty_slave) if self.pty_slave is not None else "")
             os.close(self.pty_master)
             self.pty_master = None
-        spool.write_pid_file(Path(self.spec.pid_file), os.getpid()) if self.spec.pid_file \
-            else None
+        if self.spec.pid_file:
+            spool.write_pid_file(Path(self.spec.pid_file), os.getpid())
         self._set_status(Status.CREATED)
         self._event("container created")
 
@@ -299,7 +305,7 @@ class Supervisor:
         if existing:
             if not existing.isdigit():
                 raise AllocationFailed(f"SLURM_JOB_ID is not a job id: {existing!r}")
-            env = {k: v for k, v in self.environ.items()}
+            env = dict(self.environ)
             self.alloc = Allocation(job_id=int(existing), env=env, owned=False)
             self.record.job_id = int(existing)
             self.record.owns_job = False
@@ -321,9 +327,8 @@ class Supervisor:
         self.save()
         self._event("allocation granted")
 
-    async def stage_in(self) -> None:
+    async def stage_in(self, uid: int, gid: int) -> None:
         assert self.alloc is not None
-        uid, gid = await self._job_ids()
         self.ctx = HookContext(
             container_id=self.record.id, bundle=str(self.bundle.path),
             orig_bundle=self.spec.orig_bundle, root_path=str(self.bundle.rootfs),
@@ -349,23 +354,33 @@ class Supervisor:
         self.save()
         self._event("stage_in finished", bundle=self.ctx.bundle)
 
-    async def _job_ids(self) -> tuple[int, int]:
-        """The job's uid/gid (rootless engines run us as uid 0 in a user namespace)."""
+    async def _job_info(self) -> tuple[float | None, int, int]:
+        """The job's end time (owned jobs: for the time-limit watch) and uid/gid (rootless
+        engines run us as uid 0 in a user namespace), from one squeue, asked only when
+        one of them is needed."""
         assert self.alloc is not None
-        if not _in_user_namespace():
-            return os.getuid(), os.getgid()
+        uid, gid = os.getuid(), os.getgid()
+        userns = _in_user_namespace()
+        if not self.alloc.owned and not userns:
+            return None, uid, gid
         try:
             rc, out = await self.backend.run(
-                ["squeue", "--noheader", f"--jobs={self.alloc.job_id}", "--format=%U %G"],
-                timeout_s=15)
-            uid_s, gid_s = out.split()[:2]
-            if rc == 0:
-                return int(uid_s), int(gid_s)
-        except (SlurmError, ValueError):
-            pass
-        return os.getuid(), os.getgid()
+                slurm_argv.build_job_info_argv(self.alloc.job_id), timeout_s=15)
+        except SlurmError:
+            return None, uid, gid
+        if rc != 0:
+            return None, uid, gid
+        end_s, _, ids = out.strip().partition("|")
+        end = _parse_slurm_time(end_s) if self.alloc.owned else None
+        if userns:
+            uid_s, _, gid_s = ids.partition("|")
+            try:
+                uid, gid = int(uid_s), int(gid_s)
+            except ValueError:
+                pass
+        return end, uid, gid
 
-    async def _schedule_time_limit(self) -> None:
+    def _schedule_time_limit(self, end: float | None) -> None:
         """Stop the container through the runtime shortly before the job's time limit.
 
         Slurm's own time-limit kill cannot tear down a running container step on
@@ -373,16 +388,6 @@ class Supervisor:
         then KILL, through the runtime ourselves; the job then ends FAILED with the
         container's exit code (143/137) instead of TIMEOUT.
         """
-        assert self.alloc is not None
-        if not self.alloc.owned:
-            return
-        try:
-            rc, out = await self.backend.run(
-                ["squeue", "--noheader", f"--jobs={self.alloc.job_id}", "--format=%e"],
-                timeout_s=15)
-        except SlurmError:
-            return
-        end = _parse_slurm_time(out.strip()) if rc == 0 else None
         if end is None:
             return
         delay = end - time.time() - TIME_LIMIT_MARGIN_S
@@ -436,7 +441,7 @@ class Supervisor:
             self.pty_slave = None
         self._set_status(Status.RUNNING)
         self._event("launch finished", srun_pid=self.step.pid)
-        self._abandon_task = asyncio.create_task(self._write_abandon_script())
+        self._tasks.append(asyncio.create_task(self._write_abandon_script()))
 
     def _abandon_script(self) -> Path:
         return spool.container_dir(self.root, self.record.id) / slurm_argv.ABANDON_FILE
@@ -444,18 +449,11 @@ class Supervisor:
     async def _write_abandon_script(self) -> None:
         """What the allocation holder runs if this anchor dies: SIGKILL the container
         through the runtime (see slurm/argv.py HOLDER_SCRIPT)."""
-        step_id = await self._step_id()
-        pattern = self.oci_conf.runtime_kill if self.oci_conf else None
-        if step_id is None or not pattern or self.alloc is None or not self.alloc.owned:
+        if self.alloc is None or not self.alloc.owned:
             return
-        try:
-            cmd = slurm_argv.signal_shell_command(pattern, job_id=self.alloc.job_id,
-                                                  step_id=step_id, signal=9)
-        except ValueError:
+        argv = self._runtime_signal_argv(int(signal_mod.SIGKILL), await self._step_id())
+        if argv is None:
             return
-        argv = slurm_argv.build_command_step_argv(
-            job_id=self.alloc.job_id, command=cmd, srun_path=self._srun_path(),
-            srun_args=self._srun_args(), name="scrun-signal")
         script = "timeout 30 " + " ".join(shlex.quote(a) for a in argv) + "\n"
         with contextlib.suppress(OSError):
             spool.write_atomic(self._abandon_script(), script.encode(), 0o700)

@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 from scrun_py import audit, spool, store
 from scrun_py.anchor import readiness
@@ -155,7 +154,3 @@ def userns_prefix() -> list[str]:
     if uid == 0:
         return []
     return ["unshare", "--user", f"--map-user={uid}", f"--map-group={gid}", "--"]
-
-
-def pid_file_path(value: str | None) -> Path | None:
-    return Path(os.path.abspath(value)) if value else None

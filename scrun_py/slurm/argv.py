@@ -72,6 +72,11 @@ def build_job_state_argv(job_id: int) -> list[str]:
     return ["squeue", "--noheader", f"--jobs={job_id}", "--format=%T"]
 
 
+def build_job_info_argv(job_id: int) -> list[str]:
+    """End time, uid and gid of a job in one query: `END|UID|GID`."""
+    return ["squeue", "--noheader", f"--jobs={job_id}", "--format=%e|%U|%G"]
+
+
 def signal_shell_command(kill_pattern: str, *, job_id: int, step_id: int, signal: int) -> str:
     """Deliver `signal` to the container through the runtime's own kill command.
 
