@@ -19,8 +19,9 @@ WITH_ENGINES=${WITH_ENGINES:-1}
 log() { printf '[cluster] %s\n' "$*" >&2; }
 
 install_packages() {
+    # gcc + libslurm-dev (slurm/spank.h): tests/e2e/test_spank.py compiles SPANK plugins
     local pkgs=(munge slurmctld slurmd slurm-client crun runc busybox-static uidmap rsync rsyslog
-                python3-venv procps util-linux)
+                python3-venv procps util-linux gcc libslurm-dev)
     [ "$WITH_ENGINES" = 1 ] && pkgs+=(podman docker.io)
     local missing=()
     for p in "${pkgs[@]}"; do
@@ -89,6 +90,7 @@ MinJobAge=300
 KillWait=2
 Waittime=0
 Licenses=scrunlic:1
+PlugStackConfig=$STATE/plugstack.conf
 CONF
         case "$ver" in
             22.05) printf 'SchedulerType=sched/backfill\nSwitchType=switch/none\nSlurmctldTimeout=30\nSlurmdTimeout=30\n' ;;
@@ -107,9 +109,26 @@ CONF
         22.05) ;;
         *) echo "CgroupPlugin=disabled" > "$STATE/cgroup.conf" ;;
     esac
+    write_plugstack
     # the active block of oci.conf.example is the cluster's oci.conf
     grep -v '^[[:space:]]*#' "$REPO/oci.conf.example" | grep -v '^[[:space:]]*$' > "$STATE/oci.conf"
     chmod 644 "$STATE/slurm.conf" "$STATE/oci.conf"
+}
+
+write_plugstack() {
+    # SPANK plugin stack: empty is the normal state (tests/e2e/test_spank.py fills it for
+    # its own tests and empties it again).  Left as is while every plugin it lists exists
+    # (a SPANK test may be running); emptied when missing or when it names a plugin that
+    # is gone, since a missing "required" plugin would make every job fail.
+    local f=$STATE/plugstack.conf so
+    if [ -f "$f" ]; then
+        while read -r _ so _; do
+            [ -n "$so" ] && [ ! -e "$so" ] && { log "plugstack.conf lists missing $so: emptying it"; : > "$f"; break; }
+        done < <(grep -Ev '^[[:space:]]*(#|$)' "$f" || true)
+    else
+        : > "$f"
+    fi
+    chmod 644 "$f"
 }
 
 pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null && ! ps -o stat= -p "$(cat "$1")" | grep -q Z; }
