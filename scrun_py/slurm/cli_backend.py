@@ -27,15 +27,32 @@ _NOISE = ("salloc: Granted job allocation", "salloc: Pending job allocation",
           "salloc: job ", "salloc: Waiting for resource configuration",
           "salloc: Nodes ", "salloc: Relinquishing job allocation",
           "salloc: Job allocation")
+_PREFIX_RE = re.compile(r"^[\w.-]+: (?:error|fatal): ")
+_MAX_ERROR_LINES = 3
 
 
 def _slurm_message(lines: list[str]) -> str:
-    """The most useful line of a failed Slurm command's stderr."""
-    useful = [ln for ln in lines if ln.strip() and not ln.startswith(_NOISE)]
+    """A failed Slurm command's stderr in one line: its last few error lines.
+
+    Slurm often logs the cause before a generic summary, e.g. a required SPANK
+    plugin: "<plugin's own message>", "spank: required plugin x.so: init_post_opt()
+    failed with rc=-1", "Plugin stack post-option processing failed".  The last
+    line alone would hide which plugin failed and why.
+    """
+    useful = [ln.strip() for ln in lines if ln.strip() and not ln.startswith(_NOISE)]
+    errors: list[str] = []
     for ln in reversed(useful):
-        if "error" in ln.lower() or "fatal" in ln.lower():
-            return ln.strip()
-    return (useful or lines or ["no output"])[-1].strip()
+        if ("error" in ln.lower() or "fatal" in ln.lower()) and ln not in errors:
+            errors.insert(0, ln)
+            if len(errors) == _MAX_ERROR_LINES:
+                break
+    if not errors:
+        return (useful or [ln.strip() for ln in lines] or ["no output"])[-1]
+    # "salloc: error: a", "salloc: error: b" → "salloc: error: a; b"
+    prefix = _PREFIX_RE.match(errors[0])
+    rest = [ln[prefix.end():] if prefix and ln.startswith(prefix.group()) else ln
+            for ln in errors[1:]]
+    return "; ".join([errors[0], *rest])
 
 
 class _StderrFile:
