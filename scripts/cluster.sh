@@ -116,16 +116,14 @@ CONF
 }
 
 write_plugstack() {
-    # SPANK plugin stack: empty is the normal state (tests/e2e/test_spank.py fills it for
-    # its own tests and empties it again).  Left as is while every plugin it lists exists
-    # (a SPANK test may be running); emptied when missing or when it names a plugin that
-    # is gone, since a missing "required" plugin would make every job fail.
-    local f=$STATE/plugstack.conf so
-    if [ -f "$f" ]; then
-        while read -r _ so _; do
-            [ -n "$so" ] && [ ! -e "$so" ] && { log "plugstack.conf lists missing $so: emptying it"; : > "$f"; break; }
-        done < <(grep -Ev '^[[:space:]]*(#|$)' "$f" || true)
-    else
+    # SPANK plugin stack: empty is the normal state.  tests/e2e/test_spank.py fills it
+    # while it holds the lock $STATE/spank/.lock and empties it before letting go, so a
+    # non-empty stack with the lock free was left by a killed test run: empty it.
+    local f=$STATE/plugstack.conf
+    if [ ! -f "$f" ]; then
+        : > "$f"
+    elif [ -s "$f" ] && { [ ! -e "$STATE/spank/.lock" ] || flock -n "$STATE/spank/.lock" true; }; then
+        log "plugstack.conf left non-empty with no SPANK test running: emptying it"
         : > "$f"
     fi
     chmod 644 "$f"

@@ -31,7 +31,7 @@ TAG_LOG = LOG_DIR / "scrun_tag.log"
 PLUGSTACK = STATE / "plugstack.conf"
 TAG_VAR = "SLURM_SPANK__SLURM_SPANK_OPTION_scrun_tag_scrun_tag"
 GATE_VAR = "SLURM_SPANK__SLURM_SPANK_OPTION_scrun_gate_scrun_gate"
-SHOW_TAG = ["sh", "-c", 'echo "tag=$SCRUN_TAG job=$SLURM_JOB_ID"']
+SHOW_TAG = ["sh", "-c", 'echo "tag=$SCRUN_TAG job=$SLURM_JOB_ID spank=$SLURM_SPANK_SCRUN_TAG"']
 
 __all__ = ["engines_up"]  # a fixture the engine tests below use
 
@@ -139,13 +139,15 @@ class TestSpankOptions:
         assert {j for _, _, j in seen} == {"-", str(job)}
         assert "COMPLETED" == scontrol_job(job)["JobState"]
 
-    def test_task_env_set_by_a_plugin(self, env: Env, plugins: Path) -> None:
-        """SCRUN_TAG, exported by the plugin's task_init into the task's environment, is
-        not the container's environment on Slurm 22.05: the OCI runtime takes process.env
-        from config.json, so the container prints an empty value (docs/spank.md)."""
+    def test_environment_set_by_a_plugin(self, env: Env, plugins: Path) -> None:
+        """A variable the plugin sets in the job control environment from the allocator
+        reaches the container as SLURM_SPANK_<name> (salloc exports it, srun passes
+        SLURM_* on).  SCRUN_TAG, set by the plugin's remote task_init in the task's
+        environment, does not reach the container on Slurm 22.05 (docs/spank.md)."""
         tag = _tag()
-        code, _job, out = _run(env, "taskenv", SHOW_TAG, [f"{TAG_VAR}={tag}"])
+        code, job, out = _run(env, "taskenv", SHOW_TAG, [f"{TAG_VAR}={tag}"])
         assert 0 == code
+        assert out.rstrip().endswith(f"job={job} spank={tag}"), out
         if _slurm_version() == (22, 5):
             assert out.startswith("tag= "), out
         else:  # not pinned on later releases: either behaviour is documented

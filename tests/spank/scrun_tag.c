@@ -4,9 +4,11 @@
  * Registers --scrun-tag=VALUE.  Every callback it implements appends one line
  *     <context> <callback> <value> <job id or ->
  * to the file named by its plugstack argument log=PATH, so a test can see which
- * contexts ran for a container's job and with which option value.  In the remote
- * task context it also exports SCRUN_TAG=<value> into the task's environment.
- * Without the option it only logs (value "-"), so other jobs are unaffected.
+ * contexts ran for a container's job and with which option value.  With the option
+ * it also sets SCRUN_TAG=<value> twice: in the job control environment from the
+ * allocator (salloc exports it as SLURM_SPANK_SCRUN_TAG) and in the task's
+ * environment from the remote task context.  Without the option it only logs
+ * (value "-"), so other jobs are unaffected.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -111,6 +113,9 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 	(void) ac;
 	(void) av;
 	log_line(sp, "init_post_opt");
+	if (tag_value[0] && spank_context() == S_CTX_ALLOCATOR &&
+	    spank_job_control_setenv(sp, "SCRUN_TAG", tag_value, 1) != ESPANK_SUCCESS)
+		slurm_error("scrun_tag: cannot set SCRUN_TAG in the job control environment");
 	return 0;
 }
 
