@@ -15,14 +15,13 @@ import json
 import os
 import pwd
 import sys
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from scrun_py import site_conf
 from scrun_py.errors import ConfigError
-
-SITE_FILE = "scrun-py.toml"
+from scrun_py.site_conf import SiteConf
 
 
 @dataclass(frozen=True)
@@ -35,25 +34,15 @@ class AuditSettings:
         return bool(self.file) or self.syslog
 
 
-def load_settings(slurm_conf: Path) -> AuditSettings:
-    path = slurm_conf.parent / SITE_FILE
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        return AuditSettings()
-    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: {exc}") from exc
-    section = data.get("audit", {})
-    if not isinstance(section, dict):
-        raise ConfigError(f"{path}: [audit] must be a table")
-    unknown = set(section) - {"file", "syslog"}
-    if unknown:
-        raise ConfigError(f"{path}: [audit]: unknown key {sorted(unknown)[0]}")
+def load_settings(slurm_conf: Path, site: SiteConf | None = None) -> AuditSettings:
+    """The [audit] table of the site file (pass `site` when it is already loaded)."""
+    site = site_conf.load(slurm_conf) if site is None else site
+    section = site.section("audit", ("file", "syslog"))
     file, use_syslog = section.get("file", ""), section.get("syslog", False)
     if not isinstance(file, str) or (file and not os.path.isabs(file)):
-        raise ConfigError(f"{path}: [audit] file: must be an absolute path")
+        raise site.error("audit", "file", "must be an absolute path")
     if not isinstance(use_syslog, bool):
-        raise ConfigError(f"{path}: [audit] syslog: must be true or false")
+        raise site.error("audit", "syslog", "must be true or false")
     return AuditSettings(file=file, syslog=use_syslog)
 
 

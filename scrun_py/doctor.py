@@ -60,7 +60,7 @@ class Doctor:
     def run(self) -> list[Check]:
         steps: list[Callable[[], Check]] = [
             self.slurm_commands, self.slurm_conf_found, self.slurmctld, self.munge,
-            self.oci_conf, self.scrun_lua, self.oci_runtime, self.user_namespaces,
+            self.oci_conf, self.scrun_lua, self.site_file, self.oci_runtime, self.user_namespaces,
             self.root_dir, self.engines]
         for step in steps:
             try:
@@ -142,6 +142,25 @@ class Doctor:
         script = getattr(hooks, "script", "scrun.lua")
         hooks.close()
         return Check("scrun.lua", OK, f"{script}: loads, both hooks defined")
+
+    def site_file(self) -> Check:
+        from scrun_py import audit, policy, site_conf
+
+        try:
+            site = site_conf.load(self.slurm_conf)
+            audit_settings = audit.load_settings(self.slurm_conf, site)
+            rules = policy.load_policy(site)
+        except ScrunError as exc:
+            return Check("scrun-py.toml", FAIL, str(exc), "fix the file (docs/policy.md, "
+                         "docs/audit.md): every create fails until then")
+        if not site.data:
+            return Check("scrun-py.toml", OK, f"{site.path}: none (no audit trail, no policy)")
+        sinks = [name for name, on in (("file", bool(audit_settings.file)),
+                                       ("syslog", audit_settings.syslog)) if on]
+        audit_part = f"audit to {' and '.join(sinks)}" if sinks else "no audit trail"
+        set_rules = [k for k in policy.KEYS if k in site.data.get("policy", {})]
+        policy_part = f"policy: {', '.join(set_rules)}" if not rules.empty else "no policy"
+        return Check("scrun-py.toml", OK, f"{site.path}: {audit_part}; {policy_part}")
 
     def oci_runtime(self) -> Check:
         cmd = self._runtime_cmd

@@ -66,6 +66,13 @@ class BundleError(ConfigError):
     pass
 
 
+class PolicyViolation(ScrunError):
+    """The site security policy refuses this container."""
+
+    def __init__(self, rule: str, detail: str) -> None:
+        super().__init__(f"refused by site policy rule {rule}: {detail}")
+
+
 class HookError(ScrunError):
     """scrun.lua failed to load or a hook failed."""
 
@@ -118,7 +125,7 @@ def rebuild(kind: str, message: str) -> ScrunError:
     registry = _register(
         ScrunError, ContainerExists, InvalidContainerId, ContainerNotFound,
         ContainerNotRunning, ContainerStillRunning, InvalidTransition, NotSupported,
-        UsageError, ConfigError, OciConfError, BundleError, HookError, AnchorError,
+        UsageError, ConfigError, OciConfError, BundleError, PolicyViolation, HookError, AnchorError,
         AnchorUnreachable, AnchorStartupFailed, ProtocolError, PermissionDenied,
         SlurmError, AllocationFailed, StepLaunchFailed,
     )

@@ -9,8 +9,9 @@ import os
 import signal
 import subprocess
 import sys
+from typing import TYPE_CHECKING
 
-from scrun_py import audit, spool, store
+from scrun_py import audit, policy, site_conf, spool, store
 from scrun_py.anchor import readiness
 from scrun_py.anchor.spec import (
     AnchorSpec,
@@ -23,15 +24,22 @@ from scrun_py.errors import AnchorStartupFailed, ScrunError, rebuild
 from scrun_py.logs import rfc3339_now
 from scrun_py.settings import Invocation
 
+if TYPE_CHECKING:
+    from scrun_py.oci.bundle import Bundle
+
 
 def run(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | None,
         console_socket: str | None) -> subprocess.Popen[bytes]:
     """Create the container; return the anchor process handle (used by `run`)."""
 
     spool.validate_id(container_id)
-    settings = audit.load_settings(inv.slurm_conf_path())
+    site = site_conf.load(inv.slurm_conf_path())
+    settings = audit.load_settings(inv.slurm_conf_path(), site)
+    site_policy = policy.load_policy(site)
+    applied: list[str] = []
     try:
-        anchor = _create(inv, container_id, bundle, pid_file, console_socket, settings)
+        anchor = _create(inv, container_id, bundle, pid_file, console_socket, settings,
+                         site_policy, applied)
     except ScrunError as exc:
         audit.record(settings, "create-failed", container_id=container_id,
                      engine=audit.detect_engine(), bundle=bundle, error=str(exc))
@@ -42,18 +50,22 @@ def run(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | 
     except ScrunError:
         pass
     audit.record(settings, "create", container_id=container_id, engine=audit.detect_engine(),
-                 job_id=job_id, bundle=os.path.abspath(bundle) if bundle else os.getcwd())
+                 job_id=job_id, bundle=os.path.abspath(bundle) if bundle else os.getcwd(),
+                 policy=applied or None)
     return anchor
 
 
 def _create(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | None,
             console_socket: str | None,
-            settings: audit.AuditSettings) -> subprocess.Popen[bytes]:
+            settings: audit.AuditSettings, site_policy: policy.Policy,
+            applied: list[str]) -> subprocess.Popen[bytes]:
     from scrun_py.oci.bundle import load_bundle
     from scrun_py.oci_conf import find_oci_conf, load_oci_conf
 
     bundle_path = os.path.abspath(bundle) if bundle else os.getcwd()
     loaded = load_bundle(bundle_path)
+    if not site_policy.empty:
+        applied.extend(_apply_policy(inv, container_id, loaded, site_policy))
     pid_path = os.path.abspath(pid_file) if pid_file else ""
     if pid_path and not os.path.isdir(os.path.dirname(pid_path)):
         raise ScrunError(f"pid file directory does not exist: {os.path.dirname(pid_path)}")
@@ -136,6 +148,42 @@ def _ns_root_host_id(map_file: str) -> int:
     except (OSError, ValueError):
         pass
     return 0
+
+
+def _apply_policy(inv: Invocation, container_id: str, loaded: Bundle,
+                  site_policy: policy.Policy) -> list[str]:
+    """Enforce the site policy on config.json; return what was rewritten.
+
+    Runs before the anchor exists: a refusal leaves nothing to clean up, and stage_in
+    (and the node's runtime) only ever see the enforced config.json.
+    """
+    from scrun_py.oci.bundle import write_config
+
+    outcome = policy.enforce(site_policy, loaded.raw, bundle=str(loaded.path),
+                             rootfs=str(loaded.rootfs), subject=policy_subject())
+    if outcome.changes:
+        write_config(loaded, outcome.config)
+        if inv.log_path:
+            from scrun_py.logs import append_line, format_record
+
+            append_line(inv.log_path, format_record(
+                "info", "site policy rewrote config.json", inv.log_format,
+                {"id": container_id, "changes": outcome.changes}))
+    return outcome.changes
+
+
+def policy_subject() -> policy.Subject:
+    """The real user behind this create (rootless podman runs us as its namespace's 0)."""
+    import pwd
+
+    uid = os.getuid()
+    if uid == 0:
+        uid = _ns_root_host_id("/proc/self/uid_map")
+    try:
+        pw = pwd.getpwuid(uid)
+        return policy.Subject(uid=uid, user=pw.pw_name, home=pw.pw_dir)
+    except KeyError:
+        return policy.Subject(uid=uid, user=str(uid), home="/nonexistent")
 
 
 def userns_prefix() -> list[str]:

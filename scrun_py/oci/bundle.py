@@ -53,6 +53,7 @@ class Bundle:
     path: Path
     config: OciConfig
     rootfs: Path
+    raw: dict[str, Any]
 
     @property
     def config_file(self) -> Path:
@@ -108,4 +109,26 @@ def load_bundle(path: str | Path) -> Bundle:
     rootfs = Path(os.path.normpath(bundle / config.root.path))
     if not rootfs.is_dir():
         raise BundleError(f"bundle {bundle}: rootfs {rootfs} is not a directory")
-    return Bundle(path=bundle, config=config, rootfs=rootfs)
+    return Bundle(path=bundle, config=config, rootfs=rootfs, raw=raw)
+
+
+def write_config(bundle: Bundle, config: dict[str, Any]) -> None:
+    """Replace the bundle's config.json atomically, keeping its mode and owner."""
+    target = bundle.config_file
+    tmp = target.with_name(f".config.json.scrun-py.{os.getpid()}")
+    try:
+        st = os.stat(target)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW,
+                     st.st_mode & 0o7777)
+        try:
+            with os.fdopen(fd, "w") as fh:
+                if os.getuid() == 0:
+                    os.fchown(fh.fileno(), st.st_uid, st.st_gid)
+                json.dump(config, fh)
+            os.replace(tmp, target)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        raise BundleError(f"bundle {bundle.path}: cannot rewrite config.json: "
+                          f"{exc.strerror}") from exc

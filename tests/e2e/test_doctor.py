@@ -46,7 +46,7 @@ class TestDoctor:
                              capture_output=True, text=True, timeout=120)
         assert 0 == res.returncode
         assert res.stdout.startswith("✔ Slurm client commands")
-        assert 10 == sum(1 for ln in res.stdout.splitlines() if ln[:1] in "✔✘!")
+        assert 11 == sum(1 for ln in res.stdout.splitlines() if ln[:1] in "✔✘!")
 
     def test_missing_slurm_conf(self, user_env: Env, tmp_path: Path) -> None:
         """A slurm.conf that does not exist is fatal."""
@@ -78,6 +78,17 @@ class TestDoctor:
         rc, checks = _doctor(user_env, conf=conf_dir / "slurm.conf")
         assert 1 == rc
         assert "scrun.lua" in checks["scrun.lua"]["found"]
+
+    def test_site_file(self, user_env: Env, conf_dir: Path) -> None:
+        """A valid scrun-py.toml is summarised; a typo in it is fatal, naming the key."""
+        (conf_dir / "scrun-py.toml").write_text("[policy]\nreadonly_rootfs = true\n")
+        rc, checks = _doctor(user_env, conf=conf_dir / "slurm.conf")
+        assert ("ok", "no audit trail; policy: readonly_rootfs") == (
+            checks["scrun-py.toml"]["status"], checks["scrun-py.toml"]["found"].split(": ", 1)[1])
+        (conf_dir / "scrun-py.toml").write_text("[policy]\nreadonly_rootf = true\n")
+        rc, checks = _doctor(user_env, conf=conf_dir / "slurm.conf")
+        assert 1 == rc
+        assert "unknown key readonly_rootf" in checks["scrun-py.toml"]["found"]
 
     def test_runtime_missing(self, user_env: Env, conf_dir: Path) -> None:
         """An oci.conf whose runtime is not installed fails the runtime check."""

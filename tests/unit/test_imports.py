@@ -20,7 +20,7 @@ PACKAGE_DIR = Path(__file__).resolve().parents[2] / "scrun_py"
 CLI_ENTRY_POINTS = {"scrun_py.__main__", "scrun_py.entry"}
 PURE_MODULES = ["scrun_py.protocol", "scrun_py.patterns", "scrun_py.oci.state",
                 "scrun_py.slurm.argv", "scrun_py.slurm.options", "scrun_py.status",
-                "scrun_py.signames"]
+                "scrun_py.signames", "scrun_py.policy"]
 IO_MODULES = {"subprocess", "socket", "asyncio"}
 LUPA_MODULE = "scrun_py.hooks.lua"
 

@@ -182,3 +182,27 @@ class TestBundleErrors:
         (bundle / "rootfs").rmdir()
         (bundle / "rootfs").write_text("")
         assert "rootfs" in _error(bundle)
+
+
+class TestWriteConfig:
+    def test_replaces_config_keeping_mode_and_leaving_no_temp_file(self, bundle: Path) -> None:
+        from scrun_py.oci.bundle import write_config
+
+        (bundle / "config.json").chmod(0o640)
+        loaded = load_bundle(bundle)
+        changed = {**loaded.raw, "root": {"path": "rootfs", "readonly": False}}
+        write_config(loaded, changed)
+        assert changed == json.loads((bundle / "config.json").read_text())
+        assert 0o640 == (bundle / "config.json").stat().st_mode & 0o777
+        assert ["config.json", "rootfs"] == sorted(p.name for p in bundle.iterdir())
+
+    def test_unwritable_bundle_is_a_bundle_error(self, bundle: Path) -> None:
+        from scrun_py.oci.bundle import write_config
+
+        loaded = load_bundle(bundle)
+        (bundle / "config.json").unlink()
+        (bundle / "config.json").mkdir()  # os.replace cannot put a file over a directory
+        with pytest.raises(BundleError) as exc:
+            write_config(loaded, loaded.raw)
+        assert "cannot rewrite config.json" in str(exc.value)
+        assert ["config.json", "rootfs"] == sorted(p.name for p in bundle.iterdir())
