@@ -120,12 +120,19 @@ class Doctor:
         except ScrunError as exc:
             return Check("oci.conf", FAIL, str(exc), "see oci.conf.example and docs/oci.conf.md")
         problems = conf.supported_by(self.version) if self.version else []
-        pattern = conf.runtime_run or conf.runtime_create or ""
-        self._runtime_cmd = pattern.split()[0] if pattern.split() else None
+        words = (conf.runtime_run or conf.runtime_create or "").split()
+        execs = bool(words) and words[0] == "exec"
+        words = words[1:] if execs else words
+        self._runtime_cmd = words[0] if words else None
         if problems:
             return Check("oci.conf", FAIL, f"{path}: " + "; ".join(problems),
                          f"this Slurm ({'.'.join(map(str, self.version or ()))}) cannot run "
                          "this oci.conf: see docs/oci.conf.md")
+        if conf.runtime_run and not execs:
+            return Check("oci.conf", WARN, f"{path}: RunTimeRun does not start with exec",
+                         "write RunTimeRun=\"exec <runtime> run ...\": otherwise scancel "
+                         "kills only the shell around the runtime and the container "
+                         "outlives its job (docs/oci.conf.md)")
         return Check("oci.conf", OK, f"{path} ({conf.mode} mode)")
 
     def scrun_lua(self) -> Check:

@@ -135,6 +135,11 @@ CASES: tuple[Case, ...] = (
     Case("F-08", "time limit", "the time limit is reached by a container that ignores "
          "SIGTERM", "TERM then KILL through the runtime before Slurm's own kill: the anchor "
          "exits 137, the job ends FAILED, the node does not drain; " + _CLEAN),
+    Case("F-09", "scancel", "`scancel` of the job while its container runs (an init that "
+         "ignores SIGTERM)", "the anchor exits 137 and logs `job ended while the container "
+         "ran`; `state` says stopped; stage_out runs; Slurm's kill reaches the container "
+         "(oci.conf `RunTimeRun=\"exec …\"`), the job ends, the node does not drain; "
+         + _CLEAN),
     # -- load ------------------------------------------------------------------------------
     Case("L-01", "load", "50 containers through `scrun-py run` at once (ordinary user)",
          "each prints its own id and exits with its own code (i % 7); no job, anchor or "

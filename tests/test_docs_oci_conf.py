@@ -51,8 +51,8 @@ class TestDocsOciConf:
         name = "%n.%u.%j.%s.%t"
         expected = {
             "RunTimeQuery": f"{state} state {name}",
-            "RunTimeKill": f"{state} kill -a {name}",
+            "RunTimeKill": f"{state} kill {name}",
             "RunTimeDelete": f"{state} delete --force {name}",
-            "RunTimeRun": f"{state} run --bundle %b {name}",
+            "RunTimeRun": f"exec {state} run --bundle %b {name}",
         }
         assert expected == conf.model_dump(by_alias=True, exclude_unset=True)

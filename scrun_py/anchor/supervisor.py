@@ -490,6 +490,13 @@ class Supervisor:
                 rc = self.step.returncode
                 assert rc is not None
                 self.exit_code = wait_status_to_exit_code(rc)
+                if self.exit_code == 0 and not self._stop.is_set() and self._job_revoked():
+                    # the job ended underneath a running step (scancel, node failure):
+                    # srun gives up waiting for the task and exits 0, but the
+                    # container did not finish; report it as killed, like Slurm did
+                    self.exit_code = 128 + int(signal_mod.SIGKILL)
+                    self._event("job ended while the container ran",
+                                stderr=self.alloc.holder_stderr[-3:] if self.alloc else [])
                 self._event("step finished", exit_code=self.exit_code)
         elif holder.done() and not self._stop.is_set():
             self.request_stop(1, "job ended before the container started")
@@ -500,6 +507,14 @@ class Supervisor:
             self.exit_code = self._stop_code if self._stop_code is not None else 1
         await self.teardown(self.exit_code)
         return self.exit_code
+
+    def _job_revoked(self) -> bool:
+        alloc = self.alloc
+        if alloc is None or not alloc.owned:
+            return False
+        if alloc.poll_stderr is not None:
+            alloc.poll_stderr()
+        return alloc.revoked or (alloc.holder is not None and alloc.holder.returncode is not None)
 
     async def _holder_gone(self) -> None:
         if self.alloc is not None and self.alloc.holder is not None:

@@ -18,6 +18,7 @@ class Allocation:
     holder: asyncio.subprocess.Process | None = None
     holder_stderr: list[str] = field(default_factory=list)
     poll_stderr: Callable[[], int] | None = None  # refresh holder_stderr (backend-specific)
+    revoked: bool = False  # Slurm ended the job underneath us (scancel, node failure)
 
 
 class SlurmBackend(Protocol):

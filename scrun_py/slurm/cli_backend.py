@@ -22,6 +22,8 @@ from scrun_py.errors import AllocationFailed, SlurmError, StepLaunchFailed
 from scrun_py.slurm.argv import READY_MARKER, build_salloc_argv, build_scancel_argv
 from scrun_py.slurm.backend import Allocation
 
+# salloc says so when the job is cancelled or fails while its command still runs
+_REVOKED_RE = re.compile(r"[Jj]ob allocation \d+ has been revoked")
 _JOB_ID_RE = re.compile(r"(?:job allocation|Pending job allocation|Granted job allocation) (\d+)")
 _NOISE = ("salloc: Granted job allocation", "salloc: Pending job allocation",
           "salloc: job ", "salloc: Waiting for resource configuration",
@@ -77,6 +79,8 @@ class _StderrFile:
         for raw in lines:
             line = raw.decode(errors="replace")
             self.alloc.holder_stderr.append(line)
+            if _REVOKED_RE.search(line):
+                self.alloc.revoked = True
             m = _JOB_ID_RE.search(line)
             if m and not job_id:
                 job_id = int(m.group(1))

@@ -79,6 +79,16 @@ class TestDoctor:
         assert 1 == rc
         assert "scrun.lua" in checks["scrun.lua"]["found"]
 
+    def test_run_without_exec_is_a_warning(self, user_env: Env, conf_dir: Path) -> None:
+        """A RunTimeRun that the shell forks (no exec) lets a container outlive scancel."""
+        text = (conf_dir / "oci.conf").read_text().replace('RunTimeRun="exec ', 'RunTimeRun="')
+        (conf_dir / "oci.conf").write_text(text)
+        rc, checks = _doctor(user_env, conf=conf_dir / "slurm.conf")
+        assert 0 == rc
+        assert ("warning", True) == (checks["oci.conf"]["status"],
+                                     "exec" in checks["oci.conf"]["found"])
+        assert "ok" == checks["OCI runtime"]["status"]
+
     def test_site_file(self, user_env: Env, conf_dir: Path) -> None:
         """A valid scrun-py.toml is summarised; a typo in it is fatal, naming the key."""
         (conf_dir / "scrun-py.toml").write_text("[policy]\nreadonly_rootfs = true\n")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -83,6 +84,44 @@ class TestAnchorFaults:
         assert "stopped" == env.state("as")["status"]
         assert 0 == env.run("delete", "as", conf=conf_dir / "slurm.conf").returncode
         assert [] == leftovers(env, "as", [job])
+
+    @pytest.mark.case("F-09")
+    def test_scancel_mid_run(self, env: Env, conf_dir: Path) -> None:
+        """scancel of the job while its container runs (a pid-namespace init that ignores
+        SIGTERM): the anchor exits 137, state says stopped, stage_out runs, and Slurm's own
+        kill reaches the container (oci.conf's `exec`), so no process is left and the node
+        does not drain (the env fixture fails the test if it does)."""
+        out = env.work / "marks"
+        out.mkdir()
+        env.chown(out)
+        (conf_dir / "scrun.lua").write_text(STAGE_OUT_MARK % repr(str(out)).replace("'", '"'))
+        created, job = _running(env, "sc", conf=conf_dir / "slurm.conf")
+        subprocess.run(["scancel", str(job)], env=slurm_env(), check=True, timeout=30)
+        assert 137 == created.wait_exit(timeout=60)  # type: ignore[attr-defined]
+        assert "stopped" == env.state("sc")["status"]
+        assert str(job) == (out / "stage_out.sc").read_text()
+        records = [r for r in env.log_records() if r.get("msg") == "job ended while the "
+                   "container ran"]
+        assert 1 == len(records), env.log_records()
+        # Slurm's own teardown: KillWait, then SIGKILL to the runtime and the container
+        _wait(lambda: not _job_running(job), 120)
+        assert "" == _container_processes(env, job)
+        assert 0 == env.run("delete", "sc", conf=conf_dir / "slurm.conf").returncode
+        assert [] == leftovers(env, "sc", [job])
+
+
+def _container_processes(env: Env, job: int) -> str:
+    """This job's container if anything of it still runs on the node: its runtime process
+    (`crun run … <node>.<user>.<job>.0.0`) or a running container in crun's state."""
+    found = subprocess.run(["pgrep", "-af", f"\\.{job}\\.0\\.0$"], capture_output=True,
+                           text=True, timeout=30).stdout.strip()
+    node = socket.gethostname().split(".")[0]
+    state = subprocess.run(env.user.argv(
+        ["crun", "--rootless=true", f"--root=/tmp/ocistate-{env.user.name}", "state",
+         f"{node}.{env.user.name}.{job}.0.0"]), capture_output=True, text=True, timeout=30)
+    if state.returncode == 0 and '"running"' in state.stdout:
+        found += state.stdout
+    return found
 
 
 def _ctld(action: str) -> None:

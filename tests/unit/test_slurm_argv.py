@@ -146,10 +146,11 @@ class TestGoldenRecords:
         golden(name, title, build())
 
     def test_kill_patterns_are_the_examples(self) -> None:
-        """The RunTimeKill patterns used above are the ones oci.conf.example documents."""
+        """The RunTimeKill patterns used above are the ones oci.conf.example documents, plus
+        the `-a` that sites often write (the example leaves it out; scrun-py drops it)."""
         text = EXAMPLE_CONF.read_text()
-        assert f'RunTimeKill="{CRUN_KILL}"' in text
-        assert f'#RunTimeKill="{CRUN_KILL_UID}"' in text
+        assert f'RunTimeKill="{CRUN_KILL.replace(" kill -a ", " kill ")}"' in text
+        assert f'#RunTimeKill="{CRUN_KILL_UID.replace(" kill -a ", " kill ")}"' in text
 
 
 class TestGoldenHelper:
