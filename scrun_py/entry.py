@@ -1,8 +1,13 @@
 """Console-script entry: answers the hottest commands without importing click.
 
-Engines call `--version` (podman info) and tools poll `state` often; click costs
-more than the work itself.  Only exact, simple argv shapes take the fast path;
-everything else goes to the click CLI, which stays the single source of truth.
+Engines call `--version` (podman info) and `start`/`delete` once per container, and
+tools poll `state` often; click costs more than the work itself.  Only exact, simple
+argv shapes take the fast path (the shapes docker and podman send); everything else
+goes to the click CLI, which stays the single source of truth.
+
+Either way the process ends with `os._exit` once stdout/stderr are flushed: every log
+write is unbuffered, and tearing down the interpreter (pydantic after `create`) only
+delays the engine, which waits for us.
 """
 
 from __future__ import annotations
@@ -11,31 +16,91 @@ import sys
 from typing import NoReturn
 
 _VERSION_ARGV = (["--version"], ["-v"], ["-V"], ["version"])
-_STATE_GLOBALS = ("--root", "--log", "--log-format")
+_VALUE_GLOBALS = {"--root": "--root", "--log": "--log", "--log-format": "--log-format",
+                  "-f": "-f", "--slurm-conf": "-f"}
+_FLAG_GLOBALS = ("--systemd-cgroup",)
+_VERBS = ("state", "start", "delete")
 
 
-def _fast_state(argv: list[str]) -> dict[str, str] | None:
-    """{'--root': …, 'id': …} for `[--root R] [--log L] [--log-format F] state ID`."""
+def _fast_call(argv: list[str]) -> dict[str, str] | None:
+    """Parse `[globals] state|start ID` and `[globals] delete [--force|-f] ID`.
+
+    Globals: --root, --log, --log-format, -f/--slurm-conf (each at most once, with a
+    value) and the ignored flag --systemd-cgroup.  Returns {'verb', 'id', 'force',
+    '--root', ...}, or None for anything else.
+    """
     opts: dict[str, str] = {}
     i = 0
-    while i < len(argv) and argv[i].startswith("--"):
+    while i < len(argv) and argv[i].startswith("-"):
+        if argv[i] in _FLAG_GLOBALS:
+            i += 1
+            continue
         name, eq, value = argv[i].partition("=")
-        if name not in _STATE_GLOBALS or name in opts:
+        key = _VALUE_GLOBALS.get(name)
+        if key is None or key in opts:
             return None
         if not eq:
             if i + 1 >= len(argv):
                 return None
             value = argv[i + 1]
             i += 1
-        opts[name] = value
+        opts[key] = value
         i += 1
     rest = argv[i:]
-    if len(rest) != 2 or rest[0] != "state" or rest[1].startswith("-"):
+    if not rest or rest[0] not in _VERBS:
+        return None
+    verb, args = rest[0], rest[1:]
+    force = verb == "delete" and bool(args) and args[0] in ("--force", "-f")
+    if force:
+        args = args[1:]
+    if len(args) != 1 or args[0].startswith("-"):
         return None
     if opts.get("--log-format", "text") not in ("text", "json"):
         return None
-    opts["id"] = rest[1]
-    return opts
+    return {**opts, "verb": verb, "id": args[0], "force": "1" if force else ""}
+
+
+def _exit(code: int) -> NoReturn:
+    import os
+
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except OSError:
+        code = code or 1
+    os._exit(code)
+
+
+def _run_fast(call: dict[str, str]) -> int:
+    import os
+    from pathlib import Path
+
+    from scrun_py.errors import ScrunError
+    from scrun_py.logs import fatal_record
+    from scrun_py.settings import Invocation, default_root
+
+    root = Path(os.path.abspath(call["--root"])) if call.get("--root") else default_root()
+    log = Path(call["--log"]) if call.get("--log") else None
+    fmt = call.get("--log-format", "text")
+    conf = Path(os.path.abspath(call["-f"])) if call.get("-f") else None
+    inv = Invocation(root=root, log_path=log, log_format=fmt, slurm_conf=conf)
+    try:
+        if call["verb"] == "state":
+            from scrun_py.commands import state
+
+            state.run(inv, call["id"])
+        elif call["verb"] == "start":
+            from scrun_py.commands import start
+
+            start.run(inv, call["id"])
+        else:
+            from scrun_py.commands import delete
+
+            delete.run(inv, call["id"], bool(call["force"]))
+    except ScrunError as exc:
+        fatal_record(str(exc), log, fmt)
+        return exc.exit_code
+    return 0
 
 
 def main() -> NoReturn:
@@ -44,26 +109,14 @@ def main() -> NoReturn:
         from scrun_py import version_text
 
         sys.stdout.write(version_text() + "\n")
-        sys.exit(0)
-    opts = _fast_state(argv)
-    if opts is not None:
-        import os
-        from pathlib import Path
-
-        from scrun_py.commands import state
-        from scrun_py.errors import ScrunError
-        from scrun_py.logs import fatal_record
-        from scrun_py.settings import Invocation, default_root
-
-        root = Path(os.path.abspath(opts["--root"])) if opts.get("--root") else default_root()
-        log = Path(opts["--log"]) if opts.get("--log") else None
-        fmt = opts.get("--log-format", "text")
-        try:
-            state.run(Invocation(root=root, log_path=log, log_format=fmt), opts["id"])
-        except ScrunError as exc:
-            fatal_record(str(exc), log, fmt)
-            sys.exit(exc.exit_code)
-        sys.exit(0)
+        _exit(0)
+    call = _fast_call(argv)
+    if call is not None:
+        _exit(_run_fast(call))
     from scrun_py.cli import main as cli_main
 
-    cli_main(argv)
+    try:
+        cli_main(argv)
+    except SystemExit as exc:
+        code = exc.code
+        _exit(code if isinstance(code, int) else (0 if code is None else 1))

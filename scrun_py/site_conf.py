@@ -9,7 +9,6 @@ A missing file is an empty one.  An unknown table or key is an error, so that a 
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,10 +45,16 @@ def site_file(slurm_conf: Path) -> Path:
 def load(slurm_conf: Path) -> SiteConf:
     path = site_file(slurm_conf)
     try:
-        data = tomllib.loads(path.read_text())
+        text = path.read_text()
     except FileNotFoundError:
-        return SiteConf(path)
-    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        return SiteConf(path)  # the common case: no tomllib import on every verb
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
+    import tomllib
+
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: {exc}") from exc
     unknown = sorted(set(data) - set(SECTIONS))
     if unknown:

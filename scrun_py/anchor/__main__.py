@@ -147,7 +147,11 @@ def main() -> None:
     except OSError:
         pass
     rc = asyncio.run(_amain(spec))
-    sys.exit(rc)
+    # the engine waits for this exit: skip the interpreter's teardown (every log write
+    # is unbuffered; flush what print-style output there may be)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc)
 
 
 if __name__ == "__main__":
