@@ -24,6 +24,7 @@ import structlog
 
 from scrun_py import audit, spool, store
 from scrun_py.anchor.spec import AnchorSpec, BundleInfo, RuntimeSettings
+from scrun_py.anchor.stderr_relay import StderrRelay
 from scrun_py.errors import (
     AllocationFailed,
     ContainerNotRunning,
@@ -51,6 +52,7 @@ RUNTIME_SIGNAL_ATTEMPTS = 20
 # stop containers this long before the job's time limit (Slurm sends TERM at the limit)
 TIME_LIMIT_MARGIN_S = 15.0
 TIME_LIMIT_GRACE_S = 5.0
+STDERR_DRAIN_S = 5.0  # after srun exits: what the container wrote last still arrives
 
 
 def wait_status_to_exit_code(rc: int) -> int:
@@ -85,6 +87,7 @@ class Supervisor:
         self.pty_master: int | None = None
         self.pty_slave: int | None = None
         self.exit_code: int | None = None
+        self.stderr_relay: StderrRelay | None = None
         self.delete_requested = False
         self._start = asyncio.Event()
         self._stop = asyncio.Event()
@@ -434,8 +437,18 @@ class Supervisor:
                                                and os.isatty(0)),
             container_id_flag=version >= (23, 2))
         self._event("launch started", argv=argv)
-        self.step = await self.backend.launch_step(argv, self.job_env(), stdio=(0, 1, 2),
-                                                   pty_slave=self.pty_slave)
+        relay = StderrRelay(2) if self.pty_slave is None else None
+        try:
+            self.step = await self.backend.launch_step(
+                argv, self.job_env(), stdio=(0, 1, relay.write_fd if relay else 2),
+                pty_slave=self.pty_slave)
+        except BaseException:
+            if relay is not None:
+                relay.close()
+            raise
+        if relay is not None:
+            relay.start()
+            self.stderr_relay = relay
         if self.pty_slave is not None:
             os.close(self.pty_slave)
             self.pty_slave = None
@@ -489,6 +502,10 @@ class Supervisor:
                         await waiter
                 rc = self.step.returncode
                 assert rc is not None
+                if self.stderr_relay is not None:
+                    # the container's last stderr bytes reach the engine before its exit
+                    await self.stderr_relay.drain(STDERR_DRAIN_S)
+                    self.stderr_relay.close()
                 self.exit_code = wait_status_to_exit_code(rc)
                 if self.exit_code == 0 and not self._stop.is_set() and self._job_revoked():
                     # the job ended underneath a running step (scancel, node failure):

@@ -62,6 +62,17 @@ class TestLifecycle:
         assert [] == leftovers(env, "life", [job])
         assert [] == env.errors()
 
+    def test_stderr_is_exactly_what_the_container_wrote(self, env: Env) -> None:
+        """A non-zero exit: srun's own `task 0: Exited with exit code 3` report does not
+        appear on the container's stderr; an unterminated last line arrives intact."""
+        bundle = env.bundle(["sh", "-c", "echo out; echo err >&2; printf tail >&2; exit 3"])
+        created = env.create("se", bundle)
+        assert 0 == created.rc, created.stderr()
+        assert 0 == env.run("start", "se").returncode
+        assert 3 == created.wait_exit()
+        assert ("out\n", "err\ntail") == (created.stdout(), created.stderr())
+        assert 0 == env.run("delete", "se").returncode
+
     @pytest.mark.parametrize("code", [0, 3, 42])
     def test_exit_code_is_the_anchor_exit_status(self, env: Env, code: int) -> None:
         """The anchor (the pid the engine reaps) exits with the container's exit code, and

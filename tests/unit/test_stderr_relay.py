@@ -1,0 +1,84 @@
+"""The step's stderr relay: srun's exit report is dropped, everything else passes."""
+
+# Expected value first (style.md 7.11) conflicts with SIM300 (yoda); the style guide wins.
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+
+from scrun_py.anchor.stderr_relay import LineFilter, StderrRelay
+
+SRUN_LINE = b"srun: error: vm: task 0: Exited with exit code 3\n"
+
+
+def _through(*chunks: bytes) -> bytes:
+    filt = LineFilter()
+    return b"".join(filt.feed(c) for c in chunks) + filt.finish()
+
+
+class TestLineFilter:
+    def test_drops_only_srun_exit_report(self) -> None:
+        assert b"err\nmore\n" == _through(b"err\n", SRUN_LINE, b"more\n")
+
+    def test_other_srun_lines_pass(self) -> None:
+        text = (b"srun: error: vm: task 0: Killed\n"
+                b"srun: error: Unable to create step for job 5: Invalid\n"
+                b"note: srun: error: vm: task 0: Exited with exit code 3\n")
+        assert text == _through(text)
+
+    def test_line_split_across_chunks_is_still_dropped(self) -> None:
+        assert b"a\n" == _through(b"a\nsrun: err", b"or: vm: tasks 0-1: Exited ",
+                                  b"with exit code 7\n")
+
+    def test_partial_text_is_not_held_back(self) -> None:
+        filt = LineFilter()
+        assert b"Password: " == filt.feed(b"Password: ")
+        assert b"" == filt.finish()
+
+    def test_possible_srun_prefix_waits_for_its_line(self) -> None:
+        filt = LineFilter()
+        assert b"" == filt.feed(b"srun: e")
+        assert b"srun: eh?\n" == filt.feed(b"h?\n")
+
+    def test_unterminated_tail_is_flushed_at_the_end(self) -> None:
+        assert b"x\nsrun: error" == _through(b"x\nsrun: error")
+
+    def test_binary_and_long_lines_pass_unchanged(self) -> None:
+        blob = bytes(range(256)) * 300 + b"\n" + b"srun: error: " + b"y" * 600
+        assert blob == _through(blob[:1000], blob[1000:])
+
+
+class TestRelay:
+    def test_copies_to_the_target_fd_and_drains(self) -> None:
+        read_out, write_out = os.pipe()
+
+        async def scenario() -> None:
+            relay = StderrRelay(write_out)
+            step_end = os.dup(relay.write_fd)
+            relay.start()
+            os.write(step_end, b"one\n" + SRUN_LINE + b"two")
+            os.close(step_end)  # the step exits
+            await relay.drain(5)
+            relay.close()
+
+        asyncio.run(scenario())
+        os.close(write_out)
+        with os.fdopen(read_out, "rb") as fh:
+            assert b"one\ntwo" == fh.read()
+
+    @pytest.mark.parametrize("started", [False, True])
+    def test_close_releases_both_ends(self, started: bool) -> None:
+        async def scenario() -> tuple[int, int]:
+            relay = StderrRelay(os.open(os.devnull, os.O_WRONLY))
+            fds = relay.read_fd, relay.write_fd
+            if started:
+                relay.start()
+            relay.close()
+            return fds
+
+        for fd in asyncio.run(scenario()):
+            with pytest.raises(OSError):
+                os.fstat(fd)
