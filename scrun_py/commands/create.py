@@ -35,9 +35,9 @@ def run(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | 
     spool.validate_id(container_id)
     site = site_conf.load(inv.slurm_conf_path())
     settings = audit.load_settings(inv.slurm_conf_path(), site)
-    site_policy = policy.load_policy(site)
     applied: list[str] = []
     try:
+        site_policy = policy.load_policy(site)  # a broken policy is audited as a failure
         anchor = _create(inv, container_id, bundle, pid_file, console_socket, settings,
                          site_policy, applied)
     except ScrunError as exc:

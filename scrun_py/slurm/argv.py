@@ -9,14 +9,15 @@ from scrun_py.slurm.options import JOB_NAME
 # The allocation's "shell": report the job environment on stdout, then wait for
 # the anchor to write the container's exit code on stdin and exit with it, so
 # salloc completes the job as COMPLETED or FAILED with that code.  If the anchor
-# dies, stdin reaches EOF: the holder first runs the anchor's "on abandon" script (it
-# kills the container through the runtime, written once the step runs), then cancels
-# the job, so no orphan job or container is left.  Slurm 22.05 alone cannot always
-# tear a running container step down (the node drains with "Kill task failed").
+# dies, stdin reaches EOF: the holder runs the anchor's "on abandon" script (it kills
+# the container through the runtime, written once the step runs) and exits 1, so
+# salloc relinquishes the job (FAILED) and no orphan job or container is left.  It
+# does not scancel its own job: a salloc 22.05 whose holder did that was seen left
+# behind, spinning in wait4() (ECHILD) at 100% CPU after the job had ended.
 HOLDER_SCRIPT = ('env -0; printf "\\0SCRUN-PY-READY\\0"; '
                  'if ! read rc; then '
                  '[ -r "$SCRUN_PY_ON_ABANDON" ] && /bin/sh "$SCRUN_PY_ON_ABANDON"; '
-                 'scancel "$SLURM_JOB_ID"; rc=1; fi; exit "${rc:-1}"')
+                 'rc=1; fi; exit "${rc:-1}"')
 ABANDON_ENV = "SCRUN_PY_ON_ABANDON"
 ABANDON_FILE = "on-abandon.sh"
 READY_MARKER = b"\0SCRUN-PY-READY\0"

@@ -285,11 +285,37 @@ def leftovers(env: Env, cid: str, job_ids: list[int] | None = None) -> list[str]
                     found.append(f"anchor process {pid}")
         except OSError:
             pass
+    found += _orphan_processes(env, cid)
     for job in job_ids or []:
         state = squeue("-j", str(job), "-o", "%T").strip()
         if state and state not in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
             found.append(f"job {job} {state}")
     return found
+
+
+def _orphan_processes(env: Env, cid: str, wait_s: float = 10) -> list[str]:
+    """salloc, its holder, srun: any process still carrying this container's abandon
+    script path in its environment (each Slurm process the anchor starts has it)."""
+    needle = f"SCRUN_PY_ON_ABANDON={env.root / cid}/".encode()
+    deadline = time.monotonic() + wait_s
+    while True:
+        found = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as fh:
+                    if needle not in fh.read():
+                        continue
+                with open(f"/proc/{entry}/stat") as fh:
+                    stat = fh.read()
+            except OSError:
+                continue
+            if stat.split(") ")[1][0] not in "ZX":
+                found.append(f"process {entry} {stat.split('(')[1].split(')')[0]}")
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.2)
 
 
 def reap(env: Env) -> None:
