@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -15,7 +14,7 @@ import click
 from scrun_py import version_text
 from scrun_py.errors import NotSupported, ScrunError
 from scrun_py.logs import fatal_record
-from scrun_py.settings import Invocation, default_root
+from scrun_py.settings import Invocation
 
 VERSION_TEXT = version_text()
 UNSUPPORTED = ("exec", "pause", "resume", "ps", "update", "checkpoint", "restore", "events",
@@ -57,10 +56,8 @@ def scrun(ctx: click.Context, root: Path | None, log_path: Path | None, log_form
       scrun-py --root /run/user/1000/scrun create --bundle ./bb --pid-file ./pid c1
       scrun-py --root /run/user/1000/scrun start c1
     """
-    ctx.obj = Invocation(
-        root=Path(os.path.abspath(root)) if root else default_root(), log_path=log_path,
-        log_format=log_format, debug=debug, verbosity=verbosity,
-        slurm_conf=Path(os.path.abspath(slurm_conf)) if slurm_conf else None)
+    ctx.obj = Invocation.resolve(root=root, log_path=log_path, log_format=log_format,
+                                 debug=debug, verbosity=verbosity, slurm_conf=slurm_conf)
     if ctx.invoked_subcommand is None:
         if verbosity:
             click.echo(VERSION_TEXT)

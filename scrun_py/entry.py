@@ -72,18 +72,13 @@ def _exit(code: int) -> NoReturn:
 
 
 def _run_fast(call: dict[str, str]) -> int:
-    import os
-    from pathlib import Path
-
     from scrun_py.errors import ScrunError
     from scrun_py.logs import fatal_record
-    from scrun_py.settings import Invocation, default_root
+    from scrun_py.settings import Invocation
 
-    root = Path(os.path.abspath(call["--root"])) if call.get("--root") else default_root()
-    log = Path(call["--log"]) if call.get("--log") else None
-    fmt = call.get("--log-format", "text")
-    conf = Path(os.path.abspath(call["-f"])) if call.get("-f") else None
-    inv = Invocation(root=root, log_path=log, log_format=fmt, slurm_conf=conf)
+    inv = Invocation.resolve(root=call.get("--root"), log_path=call.get("--log"),
+                             log_format=call.get("--log-format", "text"),
+                             slurm_conf=call.get("-f"))
     try:
         if call["verb"] == "state":
             from scrun_py.commands import state
@@ -98,7 +93,7 @@ def _run_fast(call: dict[str, str]) -> int:
 
             delete.run(inv, call["id"], bool(call["force"]))
     except ScrunError as exc:
-        fatal_record(str(exc), log, fmt)
+        fatal_record(str(exc), inv.log_path, inv.log_format)
         return exc.exit_code
     return 0
 

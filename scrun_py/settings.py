@@ -20,6 +20,18 @@ class Invocation:
     verbosity: int = 0
     slurm_conf: Path | None = None
 
+    @classmethod
+    def resolve(cls, *, root: str | Path | None, log_path: str | Path | None = None,
+                log_format: str = "text", debug: bool = False, verbosity: int = 0,
+                slurm_conf: str | Path | None = None) -> Invocation:
+        """Global options as given on the command line → absolute paths and defaults
+        (one place for the click group and the click-free fast path)."""
+        return cls(root=Path(os.path.abspath(root)) if root is not None else default_root(),
+                   log_path=Path(log_path) if log_path is not None else None,
+                   log_format=log_format, debug=debug, verbosity=verbosity,
+                   slurm_conf=(Path(os.path.abspath(slurm_conf)) if slurm_conf is not None
+                               else None))
+
     def slurm_conf_path(self) -> Path:
         if self.slurm_conf is not None:
             return self.slurm_conf
