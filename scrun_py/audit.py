@@ -63,7 +63,7 @@ def detect_engine() -> str:
 def record(settings: AuditSettings, event: str, *, container_id: str, **fields: Any) -> None:
     if not settings.enabled:
         return
-    from scrun_py.logs import rfc3339_now
+    from scrun_py.logs import append_line, rfc3339_now
 
     uid = os.getuid()
     try:
@@ -75,12 +75,7 @@ def record(settings: AuditSettings, event: str, *, container_id: str, **fields: 
     line = json.dumps(rec, separators=(",", ":"), default=str)
     if settings.file:
         try:
-            fd = os.open(settings.file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
-                         0o600)
-            try:
-                os.write(fd, (line + "\n").encode())
-            finally:
-                os.close(fd)
+            append_line(settings.file, line, mode=0o600)
         except OSError as exc:
             sys.stderr.write(f"scrun-py: warning: audit file {settings.file}: {exc.strerror}\n")
     if settings.syslog:

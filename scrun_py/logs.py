@@ -53,8 +53,9 @@ def format_record(level: str, msg: str, fmt: str, fields: Mapping[str, Any] | No
     return f"time={json.dumps(now)} level={level} msg={json.dumps(msg)}{extra}"
 
 
-def append_line(path: Path, line: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+def append_line(path: Path | str, line: str, mode: int = 0o644) -> None:
+    """Append one line with a single write (O_APPEND: whole lines from concurrent writers)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, mode)
     try:
         os.write(fd, (line + "\n").encode())
     finally:
