@@ -17,7 +17,7 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -293,26 +293,34 @@ def leftovers(env: Env, cid: str, job_ids: list[int] | None = None) -> list[str]
     return found
 
 
+def _live_processes(proc_file: str, match: Callable[[bytes], bool]) -> list[tuple[int, str]]:
+    """(pid, comm) of every live (not zombie) process whose /proc/PID/<proc_file> matches."""
+    found: list[tuple[int, str]] = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/{proc_file}", "rb") as fh:
+                if not match(fh.read()):
+                    continue
+            with open(f"/proc/{entry}/stat") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        comm, _, rest = stat.partition("(")[2].rpartition(") ")
+        if rest[:1] not in "ZX":
+            found.append((int(entry), comm))
+    return found
+
+
 def _orphan_processes(env: Env, cid: str, wait_s: float = 10) -> list[str]:
     """salloc, its holder, srun: any process still carrying this container's abandon
     script path in its environment (each Slurm process the anchor starts has it)."""
     needle = f"SCRUN_PY_ON_ABANDON={env.root / cid}/".encode()
     deadline = time.monotonic() + wait_s
     while True:
-        found = []
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/environ", "rb") as fh:
-                    if needle not in fh.read():
-                        continue
-                with open(f"/proc/{entry}/stat") as fh:
-                    stat = fh.read()
-            except OSError:
-                continue
-            if stat.split(") ")[1][0] not in "ZX":
-                found.append(f"process {entry} {stat.split('(')[1].split(')')[0]}")
+        found = [f"process {pid} {comm}"
+                 for pid, comm in _live_processes("environ", lambda e: needle in e)]
         if not found or time.monotonic() > deadline:
             return found
         time.sleep(0.2)
@@ -411,21 +419,9 @@ def active_jobs(env: Env, wait: float = 15) -> list[str]:
 
 def anchor_processes(env: Env) -> list[int]:
     """Live anchors started for this test's --root (their spec names it)."""
-    found: list[int] = []
     needle = f'"root": "{env.root}"'.encode()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                cmdline = fh.read()
-            with open(f"/proc/{entry}/stat") as fh:
-                zombie = fh.read().split(") ")[1][0] in "ZX"
-        except OSError:
-            continue
-        if b"scrun_py.anchor" in cmdline and needle in cmdline and not zombie:
-            found.append(int(entry))
-    return found
+    return [pid for pid, _ in _live_processes(
+        "cmdline", lambda c: b"scrun_py.anchor" in c and needle in c)]
 
 
 def traces(env: Env, cid: str = "") -> list[str]:
