@@ -1,4 +1,5 @@
-"""SCRUN_* input variables → salloc/srun options (scrun.md §6.2).  Pure.
+"""SCRUN_* input variables → salloc/srun options (scrun.md §6.2).  Pure, except for the
+one warning logged for each variable that is read but ignored (IGNORED says why).
 
 Slurm applies every variable as the environment form of a salloc option; the
 ones that only exist for srun make Slurm's anchor fatal.  We apply those to the
@@ -100,6 +101,11 @@ ANNOTATION_OPTIONS: dict[str, str] = {"org.scrun-py.licenses": "SCRUN_LICENSES"}
 
 # Slurm forces the job name; SCRUN_JOB_NAME is parsed and then overridden.
 JOB_NAME = "scrun"
+# Variables that are read and then ignored, with the reason the warning gives.
+IGNORED: dict[str, str] = {
+    "SCRUN_JOB_NAME": f"every container job is named {JOB_NAME!r}, as in Slurm's scrun",
+    "SCRUN_POWER": "salloc has no --power option any more (Slurm removed it)",
+}
 _EXCLUSIVE_VALUES = ("user", "mcs", "topo")
 
 
@@ -121,6 +127,15 @@ class JobOptions:
     ignored: list[str] = field(default_factory=list)
 
 
+def _ignore(out: JobOptions, name: str) -> None:
+    """Not dropped silently: one warning in the anchor's log naming the variable and why."""
+    import structlog
+
+    out.ignored.append(name)
+    structlog.get_logger().warning(f"{name} is ignored: {IGNORED.get(name, 'not supported')}",
+                                   variable=name)
+
+
 def job_options(environ: dict[str, str]) -> JobOptions:
     """Translate SCRUN_* variables of `environ` into salloc and srun options."""
     out = JobOptions()
@@ -132,14 +147,14 @@ def job_options(environ: dict[str, str]) -> JobOptions:
             continue
         opt, value = SCRUN_OPTIONS[name], environ[name]
         if name == "SCRUN_JOB_NAME":
-            out.ignored.append(name)
+            _ignore(out, name)
             continue
         if name in ("SCRUN_REMOTE_CWD", "SCRUN_WORKING_DIR"):
             continue
         if name in ("SCRUN_REQ_SWITCH", "SCRUN_WAIT4SWITCH"):
             continue
         if opt.where == "removed":
-            out.ignored.append(name)
+            _ignore(out, name)
             continue
         target = out.alloc if opt.where == "alloc" else out.step
         if name == "SCRUN_EXCLUSIVE" and value.strip().lower() in _EXCLUSIVE_VALUES:
