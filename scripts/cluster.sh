@@ -1,28 +1,91 @@
 #!/bin/bash
 # Bring up (or tear down) a real one-node Slurm cluster for scrun-py on this machine.
 #
-#   scripts/cluster.sh up     install packages, start munge + slurmctld + slurmd, make the
-#                             test user and a world-readable virtualenv with scrun-py in it
-#   scripts/cluster.sh down   stop the daemons started by "up"
-#   scripts/cluster.sh env    print the environment the tests use
+#   scripts/cluster.sh up   [--slurm R]   install packages, start munge + slurmctld + slurmd,
+#                                         make the test user and a world-readable virtualenv
+#                                         with scrun-py in it, start the engines
+#   scripts/cluster.sh down [--slurm R]   stop the daemons started by "up"
+#   scripts/cluster.sh env  [--slurm R]   print the environment the tests use
+#   scripts/cluster.sh releases           print the releases of scripts/releases.conf, the
+#                                         machine's packaged one first
 #
-# Must run as root on Debian 12 (Slurm 22.05) or Debian 13 (Slurm 24.11). Idempotent.
+# R is a Slurm release of scripts/releases.conf (default: the machine's packaged Slurm,
+# 22.05 on Debian 12, 24.11 on Debian 13).  Any other release is built once from Debian's
+# source package into /opt/slurm/R (scripts/slurm-build.sh) and runs as its own cluster
+# beside the packaged one: its own ports, state dir, job id range and dockerd.  Slurm's
+# own scrun of that build reads the same slurm.conf (linked into /opt/slurm/R/etc).
+#
+# Must run as root on Debian 12 or 13. Idempotent.
 set -euo pipefail
 
-STATE=${SCRUN_TEST_STATE:-/var/lib/scrun-py-test}
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+CMD=${1:-up}; shift || true
+RELEASE=${SCRUN_TEST_SLURM:-}
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --slurm) RELEASE=${2:?--slurm needs a release}; shift 2 ;;
+        --slurm=*) RELEASE=${1#--slurm=}; shift ;;
+        *) echo "usage: $0 up|down|env|releases [--slurm RELEASE]" >&2; exit 2 ;;
+    esac
+done
 TEST_USER=${SCRUN_TEST_USER:-scruntest}
 TEST_USER2=${SCRUN_TEST_USER2:-scruntest2}
 VENV=${SCRUN_TEST_VENV:-/opt/scrun-py/venv}
-REPO=$(cd "$(dirname "$0")/.." && pwd)
 WITH_ENGINES=${WITH_ENGINES:-1}
+STATE_BASE=${SCRUN_TEST_STATE_BASE:-/var/lib/scrun-py-test}
 
 log() { printf '[cluster] %s\n' "$*" >&2; }
+
+packaged_release() {
+    # the Slurm release Debian packages for this machine
+    local v
+    v=$(dpkg-query -W -f='${Version}' slurmd 2>/dev/null || true)
+    [ -n "$v" ] || v=$(apt-cache policy slurmd 2>/dev/null | awk '/Candidate:/ {print $2}')
+    case "$v" in
+        [0-9]*) echo "$v" | cut -d. -f1,2 ;;
+        *) case "$(cut -d. -f1 /etc/debian_version)" in 12) echo 22.05 ;; *) echo 24.11 ;; esac ;;
+    esac
+}
+
+releases() {  # every active release of releases.conf, the packaged one first
+    local p; p=$(packaged_release)
+    echo "$p"
+    awk '!/^[[:space:]]*#/ && NF {print $1}' "$REPO/scripts/releases.conf" | grep -vxF "$p" || true
+}
+
+resolve_release() {
+    PACKAGED=$(packaged_release)
+    RELEASE=${RELEASE:-$PACKAGED}
+    PREFIX=""
+    CTLD_PORT=6817
+    FIRST_JOB_ID=""
+    STATE=$STATE_BASE
+    CLUSTER_NAME=scrunpy
+    if [ "$RELEASE" != "$PACKAGED" ]; then
+        local idx
+        idx=$(awk '!/^[[:space:]]*#/ && NF {print $1}' "$REPO/scripts/releases.conf" |
+              grep -nxF "$RELEASE" | cut -d: -f1 || true)
+        [ -n "$idx" ] || { echo "cluster.sh: Slurm $RELEASE is not in scripts/releases.conf" >&2; exit 2; }
+        PREFIX=$("$REPO/scripts/slurm-build.sh" --prefix "$RELEASE")
+        STATE=$STATE_BASE-$RELEASE
+        CTLD_PORT=$((7717 + 100 * idx))
+        # job ids of each cluster in their own range: the OCI runtime's state dir is shared
+        # and names containers after the job id
+        FIRST_JOB_ID=$((idx * 1000000))
+        CLUSTER_NAME=scrunpy${RELEASE//./}
+        PATH=$PREFIX/bin:$PREFIX/sbin:$PATH
+        export PATH
+    fi
+    export SCRUN_TEST_STATE=$STATE
+}
 
 install_packages() {
     # gcc + libslurm-dev (slurm/spank.h): tests/e2e/test_spank.py compiles SPANK plugins
     local pkgs=(munge slurmctld slurmd slurm-client crun runc busybox-static uidmap rsync rsyslog
                 python3-venv procps util-linux gcc libslurm-dev)
     [ "$WITH_ENGINES" = 1 ] && pkgs+=(podman docker.io)
+    # a release other than the packaged one: its build needs these too
+    [ -n "$PREFIX" ] && pkgs+=(rsync)
     local missing=()
     for p in "${pkgs[@]}"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -32,6 +95,7 @@ install_packages() {
         apt-get update -q >/dev/null
         DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null
     fi
+    if [ -n "$PREFIX" ]; then "$REPO/scripts/slurm-build.sh" "$RELEASE"; fi
 }
 
 fix_host() {
@@ -57,14 +121,14 @@ write_conf() {
     chmod 755 "$STATE"
     {
         cat <<CONF
-ClusterName=scrunpy
+ClusterName=$CLUSTER_NAME
 SlurmctldHost=$h(127.0.0.1)
 SlurmUser=slurm
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-SlurmctldPort=6817
-SlurmdPort=6818
+SlurmctldPort=$CTLD_PORT
+SlurmdPort=$((CTLD_PORT + 1))
 StateSaveLocation=$STATE/ctld
 SlurmdSpoolDir=$STATE/d
 SlurmctldPidFile=$STATE/ctld/slurmctld.pid
@@ -92,6 +156,7 @@ Waittime=0
 Licenses=scrunlic:1
 PlugStackConfig=$STATE/plugstack.conf
 CONF
+        [ -n "$FIRST_JOB_ID" ] && echo "FirstJobId=$FIRST_JOB_ID"
         case "$ver" in
             22.05) printf 'SchedulerType=sched/backfill\nSwitchType=switch/none\nSlurmctldTimeout=30\nSlurmdTimeout=30\n' ;;
         esac
@@ -110,6 +175,13 @@ CONF
         *) echo "CgroupPlugin=disabled" > "$STATE/cgroup.conf" ;;
     esac
     write_plugstack
+    if [ -n "$PREFIX" ]; then
+        # Slurm's own scrun (and any command that is not given SLURM_CONF) reads its
+        # compiled-in sysconfdir
+        mkdir -p "$PREFIX/etc"
+        local f
+        for f in slurm.conf oci.conf cgroup.conf; do ln -sfn "$STATE/$f" "$PREFIX/etc/$f"; done
+    fi
     # the active block of oci.conf.example is the cluster's oci.conf
     grep -v '^[[:space:]]*#' "$REPO/oci.conf.example" | grep -v '^[[:space:]]*$' > "$STATE/oci.conf"
     chmod 644 "$STATE/slurm.conf" "$STATE/oci.conf"
@@ -200,7 +272,10 @@ down() {
     done
 }
 
-case "${1:-up}" in
+[ "$CMD" = releases ] && { releases; exit 0; }
+resolve_release
+
+case "$CMD" in
     up)
         install_packages
         fix_host
@@ -209,14 +284,18 @@ case "${1:-up}" in
         make_user
         make_venv
         [ "$WITH_ENGINES" = 1 ] && "$REPO/scripts/engines.sh" up
-        log "cluster up: SLURM_CONF=$STATE/slurm.conf ($(slurmd -V))"
+        log "cluster up: Slurm $RELEASE, SLURM_CONF=$STATE/slurm.conf ($(slurmd -V))"
         ;;
     down) down ;;
     env)
         echo "SLURM_CONF=$STATE/slurm.conf"
+        echo "SCRUN_TEST_STATE=$STATE"
+        echo "SCRUN_TEST_SLURM=$RELEASE"
+        echo "SCRUN_TEST_SLURM_PREFIX=$PREFIX"
+        [ -n "$PREFIX" ] && echo "PATH=$PATH"
         echo "SCRUN_TEST_USER=$TEST_USER"
         echo "SCRUN_TEST_USER2=$TEST_USER2"
         echo "SCRUN_TEST_VENV=$VENV"
         ;;
-    *) echo "usage: $0 up|down|env" >&2; exit 2 ;;
+    *) echo "usage: $0 up|down|env|releases [--slurm RELEASE]" >&2; exit 2 ;;
 esac

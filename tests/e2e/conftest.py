@@ -29,6 +29,13 @@ TEST_USER = os.environ.get("SCRUN_TEST_USER", "scruntest")
 VENV = Path(os.environ.get("SCRUN_TEST_VENV", "/opt/scrun-py/venv"))
 SCRUN = VENV / "bin" / "scrun-py"
 BASE = Path("/tmp/scrun-py-e2e")
+# the Slurm release under test (scripts/cluster.sh env --slurm R): the machine's packaged
+# Slurm has no prefix; a built release lives in /opt/slurm/R
+SLURM_RELEASE = os.environ.get("SCRUN_TEST_SLURM", "")
+SLURM_PREFIX = os.environ.get("SCRUN_TEST_SLURM_PREFIX", "")
+SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
+SLURM_PATH = (f"{SLURM_PREFIX}/bin:{SLURM_PREFIX}/sbin:{SYSTEM_PATH}" if SLURM_PREFIX
+              else SYSTEM_PATH)
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUSYBOX_APPLETS = ("sh", "echo", "cat", "true", "false", "sleep", "env", "id",
                    "hostname", "ls", "test", "touch", "kill", "wc", "head")
@@ -57,7 +64,7 @@ def _cluster_problem() -> str | None:
 
 
 def slurm_env(**extra: str) -> dict[str, str]:
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "SLURM_CONF": str(SLURM_CONF),
+    env = {"PATH": SLURM_PATH, "SLURM_CONF": str(SLURM_CONF),
            "LANG": "C.UTF-8"}
     env.update(extra)
     return env
@@ -75,6 +82,14 @@ def cluster() -> Path:
     BASE.mkdir(mode=0o755, exist_ok=True)
     os.chmod(BASE, 0o1777)
     return SLURM_CONF
+
+
+def slurm_release() -> tuple[int, int]:
+    """(major, minor) of the Slurm release under test."""
+    out = subprocess.run(["sinfo", "-V"], env=slurm_env(), capture_output=True, text=True,
+                         timeout=30).stdout.split()
+    major, minor = out[-1].split(".")[:2]
+    return int(major), int(minor)
 
 
 def squeue(*args: str) -> str:

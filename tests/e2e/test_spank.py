@@ -19,7 +19,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import STATE, TEST_USER, Env, User, leftovers, scontrol_job, slurm_env
+from tests.e2e.conftest import (
+    SLURM_PREFIX,
+    STATE,
+    TEST_USER,
+    Env,
+    User,
+    leftovers,
+    scontrol_job,
+    slurm_env,
+)
 from tests.e2e.test_engines import Engine, _guarded, engines_up
 
 pytestmark = pytest.mark.e2e
@@ -59,7 +68,10 @@ def plugins(cluster: Path) -> Iterator[Path]:
                                      ("scrun_gate", "required", "")):
                 so = PLUGIN_DIR / f"{name}.so"
                 tmp = PLUGIN_DIR / f".{name}.so.new"
-                res = subprocess.run(["gcc", "-Wall", "-Wextra", "-shared", "-fPIC",
+                # against the spank.h of the release under test: slurmd refuses a
+                # plugin built for another release
+                include = [f"-I{SLURM_PREFIX}/include"] if SLURM_PREFIX else []
+                res = subprocess.run(["gcc", "-Wall", "-Wextra", "-shared", "-fPIC", *include,
                                       "-o", str(tmp), str(SOURCES / f"{name}.c")],
                                      capture_output=True, text=True, timeout=120)
                 assert 0 == res.returncode, res.stderr

@@ -1,0 +1,78 @@
+#!/bin/bash
+# Build a Slurm release (scripts/releases.conf) from the orig tarball of Debian's source
+# package into /opt/slurm/<release>, including Slurm's own scrun.  Cached: nothing is
+# done when the prefix already holds a complete build.
+#
+#   scripts/slurm-build.sh 24.11        build (or reuse) /opt/slurm/24.11
+#   scripts/slurm-build.sh --prefix 24.11   print the prefix
+#
+# Needs root on Debian 12 or 13 and the Debian archive (deb-src of the release's suite
+# is used through a private apt state; the system's apt sources are not changed).
+set -euo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+PREFIX_ROOT=${SCRUN_SLURM_PREFIX_ROOT:-/opt/slurm}
+log() { printf '[slurm-build] %s\n' "$*" >&2; }
+
+release_line() {
+    awk -v r="$1" '$1 == r && $1 !~ /^#/ {print; found=1} END {exit !found}' "$REPO/scripts/releases.conf"
+}
+
+if [ "${1:-}" = --prefix ]; then echo "$PREFIX_ROOT/$2"; exit 0; fi
+REL=${1:?usage: $0 RELEASE}
+LINE=$(release_line "$REL") || { echo "slurm-build: release $REL is not in scripts/releases.conf" >&2; exit 2; }
+read -r _ SRCPKG SRCVER SUITE <<<"$LINE"
+PREFIX=$PREFIX_ROOT/$REL
+UPSTREAM=${SRCVER%%-*}
+
+if [ -x "$PREFIX/sbin/slurmctld" ] && [ -x "$PREFIX/bin/scrun" ] && [ -f "$PREFIX/.complete" ]; then
+    log "Slurm $REL already built in $PREFIX"
+    exit 0
+fi
+
+BUILD_DEPS=(build-essential libmunge-dev libjson-c-dev liblua5.1-0-dev libyaml-dev libdbus-1-dev
+            libhttp-parser-dev libjwt-dev libreadline-dev liblz4-dev zlib1g-dev pkg-config
+            debian-archive-keyring)
+missing=()
+for p in "${BUILD_DEPS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    log "installing build dependencies: ${missing[*]}"
+    apt-get update -q >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null
+fi
+
+WORK=$(mktemp -d /var/tmp/slurm-build.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+# the Debian mirror this machine uses, from its own apt sources
+URI=$(grep -hoE '^(URIs:|deb) +[a-z]+://[^ ]+/debian/?( |$)' /etc/apt/sources.list.d/*.sources \
+        /etc/apt/sources.list 2>/dev/null | head -1 | awk '{print $2}' || true)
+URI=${URI:-http://deb.debian.org/debian}
+mkdir -p "$WORK/apt/lists/partial" "$WORK/apt/cache/archives/partial" "$WORK/src"
+echo "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $URI $SUITE main" \
+    > "$WORK/apt/sources.list"
+APT=(-o "Dir::Etc::SourceList=$WORK/apt/sources.list" -o "Dir::Etc::SourceParts=-"
+     -o "Dir::State::Lists=$WORK/apt/lists" -o "Dir::Cache=$WORK/apt/cache")
+log "fetching $SRCPKG $SRCVER ($SUITE) source"
+apt-get "${APT[@]}" update -q >/dev/null
+# only the orig tarball is needed (the Debian packaging files may not download here)
+(cd "$WORK/src" && apt-get "${APT[@]}" source --download-only "$SRCPKG=$SRCVER" >/dev/null 2>&1 || true)
+TARBALL=$(ls "$WORK/src/${SRCPKG}_${UPSTREAM}".orig.tar.* 2>/dev/null | head -1 || true)
+[ -n "$TARBALL" ] || { echo "slurm-build: could not download the orig tarball of $SRCPKG $SRCVER" >&2; exit 1; }
+tar -xf "$TARBALL" -C "$WORK/src"
+SRC=$(find "$WORK/src" -maxdepth 1 -mindepth 1 -type d -name 'slurm*' | head -1)
+
+log "building Slurm $UPSTREAM into $PREFIX (about 5 minutes on 2 cores)"
+rm -rf "$PREFIX"
+cd "$SRC"
+./configure --prefix="$PREFIX" --sysconfdir="$PREFIX/etc" --disable-debug --without-rpath \
+    --with-munge --with-json --with-yaml --with-lua --without-hdf5 --without-ofed \
+    --without-pmix --disable-slurmrestd > "$WORK/configure.log" 2>&1 ||
+    { tail -20 "$WORK/configure.log" >&2; exit 1; }
+make -j"$(nproc)" > "$WORK/make.log" 2>&1 || { tail -30 "$WORK/make.log" >&2; exit 1; }
+make install > "$WORK/install.log" 2>&1 || { tail -30 "$WORK/install.log" >&2; exit 1; }
+# the built client finds its libraries without rpath through the prefix's lib dir
+echo "$PREFIX/lib" > "/etc/ld.so.conf.d/slurm-$REL.conf"; ldconfig
+mkdir -p "$PREFIX/etc"
+echo "$SRCVER" > "$PREFIX/.complete"
+log "Slurm $REL built: $("$PREFIX/sbin/slurmd" -V)"
