@@ -24,7 +24,7 @@ from types import FrameType
 
 import pytest
 
-from tests.e2e.conftest import STATE, TEST_USER, User, scontrol_job, squeue
+from tests.e2e.conftest import STATE, TEST_USER, VENV, User, scontrol_job, squeue
 
 pytestmark = [pytest.mark.e2e, pytest.mark.engines]
 
@@ -196,7 +196,7 @@ def _wait_for(pred: object, timeout: float = 60, what: str = "") -> None:
 class TestDocs:
     def test_installed_configuration_is_the_documented_one(self, engines_up: None) -> None:
         """engines.sh installs exactly the docs' blocks (with the test cluster's paths)."""
-        subs = [("/opt/scrun-py/bin/scrun-py", "/opt/scrun-py/venv/bin/scrun-py"),
+        subs = [("/opt/scrun-py/bin/scrun-py", f"{VENV}/bin/scrun-py"),
                 ("/etc/slurm/", f"{STATE}/engines/conf/"),
                 ("/usr/local/bin/scrun-py-slurm", f"{STATE}/engines/podman/scrun-py-slurm")]
         for doc, title, installed in (
