@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scrun_py import site_conf
+from scrun_py import procs, site_conf
 from scrun_py.errors import ConfigError
 from scrun_py.site_conf import SiteConf
 
@@ -48,10 +47,8 @@ def load_settings(slurm_conf: Path, site: SiteConf | None = None) -> AuditSettin
 
 def detect_engine() -> str:
     """Who called us: docker (containerd shim), podman (conmon or podman), or the CLI."""
-    try:
-        with open(f"/proc/{os.getppid()}/comm") as fh:
-            comm = fh.read().strip()
-    except OSError:
+    comm = procs.comm(os.getppid())
+    if not comm:
         return "unknown"
     if comm.startswith("containerd-shim"):
         return "docker"
@@ -66,11 +63,7 @@ def record(settings: AuditSettings, event: str, *, container_id: str, **fields: 
     from scrun_py.logs import append_line, rfc3339_now
 
     uid = os.getuid()
-    try:
-        user = pwd.getpwuid(uid).pw_name
-    except KeyError:
-        user = str(uid)
-    rec = {"time": rfc3339_now(), "event": event, "user": user, "uid": uid,
+    rec = {"time": rfc3339_now(), "event": event, "user": procs.user_name(uid), "uid": uid,
            "container_id": container_id, **{k: v for k, v in fields.items() if v is not None}}
     line = json.dumps(rec, separators=(",", ":"), default=str)
     if settings.file:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -35,15 +34,15 @@ class Check:
 
 def _run(argv: list[str], timeout_s: float = 15, stdin: bytes | None = None,
          env: dict[str, str] | None = None) -> tuple[int, str]:
-    try:
-        res = subprocess.run(argv, input=stdin, capture_output=True, timeout=timeout_s,
-                             env=env, check=False)
-    except FileNotFoundError:
-        return 127, f"{argv[0]}: not found"
-    except subprocess.TimeoutExpired:
-        return 124, f"{argv[0]}: timed out after {timeout_s:g}s"
-    out = (res.stdout + res.stderr).decode(errors="replace").strip()
-    return res.returncode, out
+    """(exit code, output) of a check command; its failure to run is in the output."""
+    from scrun_py import procs
+
+    res = procs.run(argv, env=env, timeout_s=timeout_s, stdin=stdin)
+    if res.error:
+        return res.status, f"{argv[0]}: not found"
+    if res.timed_out:
+        return res.status, f"{argv[0]}: timed out after {timeout_s:g}s"
+    return res.status, res.text.strip()
 
 
 class Doctor:
@@ -75,11 +74,10 @@ class Doctor:
             return Check("Slurm client commands", FAIL, "missing: " + ", ".join(missing),
                          "install Slurm's client commands (Debian: slurm-client)")
         rc, out = _run(["srun", "--version"], env=self.env)
-        words = out.split()
-        if rc == 0 and len(words) >= 2:
-            parts = words[-1].split(".")
-            if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
-                self.version = (int(parts[0]), int(parts[1]))
+        if rc == 0:
+            from scrun_py.slurm.parse import parse_version
+
+            self.version = parse_version(out)
         if self.version is None:
             return Check("Slurm client commands", FAIL, f"srun --version: {out[:200]}",
                          "check the Slurm installation")

@@ -37,21 +37,16 @@ class ContainerNotRunning(ScrunError):
 
 
 class ContainerStillRunning(ScrunError):
-    def __init__(self) -> None:
-        super().__init__("container still running")
+    """`delete` without --force of a running container (runc's words when the id is known)."""
 
-
-class InvalidTransition(ScrunError):
-    """A verb that the container's current status does not allow."""
+    def __init__(self, container_id: str = "") -> None:
+        super().__init__(f"cannot delete container {container_id} that is not stopped: running"
+                         if container_id else "container still running")
 
 
 class NotSupported(ScrunError):
     def __init__(self, verb: str) -> None:
         super().__init__(f"{verb} is not supported by scrun-py")
-
-
-class UsageError(ScrunError):
-    exit_code: ClassVar[int] = 2
 
 
 class ConfigError(ScrunError):
@@ -109,8 +104,6 @@ class StepLaunchFailed(SlurmError):
     pass
 
 
-
-
 def _register(*classes: type[ScrunError]) -> dict[str, type[ScrunError]]:
     return {cls.__name__: cls for cls in classes}
 
@@ -124,8 +117,8 @@ def rebuild(kind: str, message: str) -> ScrunError:
     """Turn a (kind, message) pair from the anchor back into the same class."""
     registry = _register(
         ScrunError, ContainerExists, InvalidContainerId, ContainerNotFound,
-        ContainerNotRunning, ContainerStillRunning, InvalidTransition, NotSupported,
-        UsageError, ConfigError, OciConfError, BundleError, PolicyViolation, HookError, AnchorError,
+        ContainerNotRunning, ContainerStillRunning, NotSupported, ConfigError, OciConfError,
+        BundleError, PolicyViolation, HookError, AnchorError,
         AnchorUnreachable, AnchorStartupFailed, ProtocolError, PermissionDenied,
         SlurmError, AllocationFailed, StepLaunchFailed,
     )

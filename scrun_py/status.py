@@ -1,4 +1,4 @@
-"""Container status values and the transitions the anchor may make.  Pure."""
+"""Container status values as `state` prints them.  Pure."""
 
 from __future__ import annotations
 
@@ -12,11 +12,3 @@ class Status(enum.StrEnum):
     CREATED = "created"
     RUNNING = "running"
     STOPPED = "stopped"
-
-
-_ORDER = {Status.CREATING: 0, Status.CREATED: 1, Status.RUNNING: 2, Status.STOPPED: 3}
-
-
-def can_move(current: Status, new: Status) -> bool:
-    """Statuses only move forward (Slurm's anchor has the same rule)."""
-    return _ORDER[new] >= _ORDER[current]

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from scrun_py.errors import ContainerNotFound, ScrunError
+from scrun_py.procs import process_start_time
 from scrun_py.spool import STATE_FILE, container_dir, write_atomic
 from scrun_py.status import Status
 
@@ -35,7 +35,6 @@ class ContainerRecord:
     owns_job: bool = True
     step_id: int | None = None
     exit_code: int | None = None
-    error: str = ""
 
     def to_json(self) -> bytes:
         return json.dumps(dataclasses.asdict(self), separators=(",", ":")).encode()
@@ -71,19 +70,6 @@ def load(root: Path, container_id: str) -> ContainerRecord:
         raise ScrunError(f"corrupt container state file: {path}") from exc
 
 
-def process_start_time(pid: int) -> str:
-    """Field 22 of /proc/<pid>/stat; '' if the process is gone or a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-    except OSError:
-        return ""
-    rest = stat[stat.rfind(b")") + 2 :].split()
-    if not rest or rest[0] == b"Z" or rest[0] == b"X":
-        return ""
-    return rest[19].decode()
-
-
 def anchor_alive(record: ContainerRecord) -> bool:
     if record.anchor_pid <= 0:
         return False
@@ -96,7 +82,3 @@ def effective_status(record: ContainerRecord) -> Status:
     if status is not Status.STOPPED and not anchor_alive(record):
         return Status.STOPPED
     return status
-
-
-def exists(root: Path, container_id: str) -> bool:
-    return os.path.lexists(container_dir(root, container_id))

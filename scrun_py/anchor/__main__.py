@@ -15,7 +15,7 @@ from scrun_py.anchor import readiness
 from scrun_py.anchor.spec import AnchorSpec
 
 if TYPE_CHECKING:
-    from scrun_py.anchor.supervisor import Supervisor
+    from scrun_py.anchor.lifecycle import Lifecycle
 
 
 def _configure_logging(spec: AnchorSpec, environ: dict[str, str]) -> None:
@@ -27,11 +27,12 @@ def _configure_logging(spec: AnchorSpec, environ: dict[str, str]) -> None:
         log_path=Path(spec.log_path) if spec.log_path else None, log_format=spec.log_format))
 
 
-def _prepare(spec: AnchorSpec) -> Supervisor:
+def _prepare(spec: AnchorSpec) -> Lifecycle:
     """Everything that can fail before anything exists in Slurm (raises ScrunError)."""
     from scrun_py import logs
+    from scrun_py.anchor.container import Container
+    from scrun_py.anchor.lifecycle import Lifecycle
     from scrun_py.anchor.spec import BundleInfo, RuntimeSettings
-    from scrun_py.anchor.supervisor import Supervisor
     from scrun_py.errors import ScrunError
     from scrun_py.hooks.lua import load_hooks
     from scrun_py.slurm.cli_backend import CliSlurm
@@ -62,26 +63,12 @@ def _prepare(spec: AnchorSpec) -> Supervisor:
         alloc_timeout = None
     if bundle.config.process.terminal and not spec.console_socket and not os.isatty(0):
         raise ScrunError("process.terminal is true but no --console-socket was given")
-    return Supervisor(spec, bundle, oci_conf, hooks, CliSlurm(), environ, job_options(environ),
-                      alloc_timeout)
-
-
-async def _create(sup: Supervisor) -> BaseException | None:
-    """Run create; a stop request (signal, delete) interrupts it.  Returns the failure."""
-    from scrun_py.errors import ScrunError
-
-    create = asyncio.create_task(sup.create())
-    stop_wait = asyncio.create_task(sup.wait_stop_requested())
-    await asyncio.wait({create, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
-    stop_wait.cancel()
-    if not create.done():
-        create.cancel()
-        try:
-            await create
-        except (asyncio.CancelledError, Exception):
-            pass
-        return ScrunError(f"container creation interrupted: {sup.stop_reason or 'stopped'}")
-    return create.exception()
+    backend = CliSlurm(
+        srun_path=oci_conf.srun_path, srun_args=oci_conf.srun_args,
+        # IgnoreFileConfigJson: the runtime does not know the container by our bundle
+        runtime_kill=None if oci_conf.ignore_file_config_json else oci_conf.runtime_kill)
+    return Lifecycle(Container(spec, bundle, hooks, environ), backend, job_options(environ),
+                     alloc_timeout)
 
 
 async def _amain(spec: AnchorSpec) -> int:
@@ -96,56 +83,48 @@ async def _amain(spec: AnchorSpec) -> int:
     structlog.contextvars.bind_contextvars(component="anchor", container_id=spec.container_id)
     cdir = spool.container_dir(Path(spec.root), spec.container_id)
     try:
-        sup = _prepare(spec)
+        lc = _prepare(spec)
     except ScrunError as exc:
         log.info("create failed", error=str(exc))
         spool.remove_tree(cdir)
         readiness.write_failed(spec.ready_fd, error_kind(exc), str(exc))
         return 1
-    queue: asyncio.Queue[int] = asyncio.Queue()
-    signals.install(asyncio.get_running_loop(), queue)
-    consumer = asyncio.create_task(signals.consume(queue, sup))
+    signals.install(asyncio.get_running_loop(), lc)
     failure: BaseException | None = None
     server: ControlServer | None = None
     try:
-        server = ControlServer(sup, spool.bind(cdir))
+        server = ControlServer(lc, spool.bind(cdir))
         await server.start()
     except OSError as exc:
         failure = ScrunError(f"cannot listen on the control socket: {exc.strerror}")
+        spool.remove_tree(cdir)
     if failure is None:
-        failure = await _create(sup)
+        failure = await lc.create()
     if failure is not None:
         msg = str(failure) if isinstance(failure, ScrunError) else f"internal error: {failure!r}"
         if not isinstance(failure, ScrunError):
             log.error("create crashed", exc_info=failure)
-        await sup.abort_create(failure)
         if server is not None:
             await server.close()
         readiness.write_failed(spec.ready_fd, error_kind(failure), msg)
-        consumer.cancel()
         return 1
     readiness.write_ready(spec.ready_fd, os.getpid())
     os.close(spec.ready_fd)
-    try:
-        rc = await sup.run()
-    except Exception:
-        log.exception("anchor crashed")
-        await sup.teardown(1)
-        rc = 1
+    rc = await lc.wait_stopped()
     assert server is not None
     await server.close()
-    consumer.cancel()
     return rc
 
 
 def main() -> None:
+    from scrun_py import procs
+
     spec = AnchorSpec.from_json(sys.argv[1])
     try:
         _configure_logging(spec, dict(os.environ))
-        with open("/proc/self/comm", "w") as fh:
-            fh.write(f"scrun:{spec.container_id}"[:15])
     except OSError:
         pass
+    procs.set_comm(f"scrun:{spec.container_id}")
     rc = asyncio.run(_amain(spec))
     # the engine waits for this exit: skip the interpreter's teardown (every log write
     # is unbuffered; flush what print-style output there may be)

@@ -11,7 +11,7 @@ from typing import Any
 import structlog
 
 from scrun_py import protocol
-from scrun_py.anchor.supervisor import Supervisor
+from scrun_py.anchor.lifecycle import Lifecycle
 from scrun_py.errors import PermissionDenied, ProtocolError, ScrunError
 
 
@@ -22,8 +22,8 @@ def peer_uid(sock: socket.socket) -> int:
 
 
 class ControlServer:
-    def __init__(self, sup: Supervisor, listener: socket.socket) -> None:
-        self.sup = sup
+    def __init__(self, lc: Lifecycle, listener: socket.socket) -> None:
+        self.lc = lc
         self.listener = listener
         self.log = structlog.get_logger()
         self.server: asyncio.AbstractServer | None = None
@@ -82,16 +82,16 @@ class ControlServer:
     async def _dispatch(self, req: dict[str, Any]) -> dict[str, Any]:
         kind = req["type"]
         if kind == "state":
-            return self.sup.snapshot()
+            return self.lc.snapshot()
         if kind == "start":
-            return {"job_id": await self.sup.request_start()}
+            return {"job_id": await self.lc.start()}
         if kind == "kill":
             sig = req.get("signal")
-            if not isinstance(sig, int) or not 0 < sig < 65:
+            if not isinstance(sig, int) or not 0 <= sig < 65:
                 raise ProtocolError("invalid signal")
-            await self.sup.kill(sig)
+            await self.lc.kill(sig)
             return {}
         if kind == "delete":
-            await self.sup.delete(bool(req.get("force")))
+            await self.lc.delete(bool(req.get("force")))
             return {}
         raise ProtocolError(f"unknown request type {kind!r}")

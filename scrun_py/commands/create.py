@@ -11,7 +11,7 @@ import subprocess
 import sys
 from typing import TYPE_CHECKING
 
-from scrun_py import audit, policy, site_conf, spool, store
+from scrun_py import audit, policy, procs, site_conf, spool, store
 from scrun_py.anchor import readiness
 from scrun_py.anchor.spec import (
     AnchorSpec,
@@ -137,19 +137,6 @@ def _create(inv: Invocation, container_id: str, bundle: str | None, pid_file: st
                   str(result.get("message", "create failed")))
 
 
-def _ns_root_host_id(map_file: str) -> int:
-    """The id that this user namespace's 0 is in the parent namespace (0 if none/unmapped)."""
-    try:
-        with open(map_file) as fh:
-            for line in fh:
-                inside, outside, _count = (int(x) for x in line.split())
-                if inside == 0:
-                    return outside
-    except (OSError, ValueError):
-        pass
-    return 0
-
-
 def _apply_policy(inv: Invocation, container_id: str, loaded: Bundle,
                   site_policy: policy.Policy) -> list[str]:
     """Enforce the site policy on config.json; return what was rewritten.
@@ -178,7 +165,7 @@ def policy_subject() -> policy.Subject:
 
     uid = os.getuid()
     if uid == 0:
-        uid = _ns_root_host_id("/proc/self/uid_map")
+        uid = procs.ns_root_host_id("uid")
     try:
         pw = pwd.getpwuid(uid)
         return policy.Subject(uid=uid, user=pw.pw_name, home=pw.pw_dir)
@@ -197,8 +184,8 @@ def userns_prefix() -> list[str]:
     """
     if os.getuid() != 0:
         return []
-    uid = _ns_root_host_id("/proc/self/uid_map")
-    gid = _ns_root_host_id("/proc/self/gid_map")
+    uid = procs.ns_root_host_id("uid")
+    gid = procs.ns_root_host_id("gid")
     if uid == 0:
         return []
     return ["unshare", "--user", f"--map-user={uid}", f"--map-group={gid}", "--"]

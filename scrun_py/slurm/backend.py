@@ -1,8 +1,11 @@
-"""The Slurm backend contract the anchor relies on."""
+"""The Slurm backend contract: what the anchor asks of Slurm, with typed answers.
+
+`cli_backend.CliSlurm` implements it with Slurm's client commands; the unit tests
+implement it in-process (tests/unit/fake_slurm.py).  Every call is bounded.
+"""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -10,35 +13,86 @@ from typing import Protocol
 
 @dataclass
 class Allocation:
-    """A job the container runs in (new, or an existing SLURM_JOB_ID)."""
+    """A job the container runs in: a new one (owned) or an existing SLURM_JOB_ID."""
 
     job_id: int
-    env: dict[str, str]
+    env: dict[str, str]  # the job environment
     owned: bool
-    holder: asyncio.subprocess.Process | None = None
-    holder_stderr: list[str] = field(default_factory=list)
-    poll_stderr: Callable[[], int] | None = None  # refresh holder_stderr (backend-specific)
-    revoked: bool = False  # Slurm ended the job underneath us (scancel, node failure)
+    messages: list[str] = field(default_factory=list)  # the allocator's last output lines
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    end_time: float | None  # epoch seconds; None when unlimited or unknown
+    uid: int | None
+    gid: int | None
+
+
+@dataclass(frozen=True)
+class StepRequest:
+    """The container step: slurmstepd runs the OCI runtime of oci.conf on `bundle`."""
+
+    job_id: int
+    container_id: str
+    bundle: str
+    args: Sequence[str]
+    env: dict[str, str]
+    step_opts: Sequence[str] = ()
+    pty: bool = False  # srun --pty
+    pty_slave: int | None = None  # stdio of srun (also its controlling terminal)
+    stdio: tuple[int, int, int] = (0, 1, 2)
+
+
+class Step(Protocol):
+    """A running container step (asyncio's Process fits)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    async def wait(self) -> int: ...
+
+    def kill(self) -> None: ...
 
 
 class SlurmBackend(Protocol):
-    """What the anchor needs from Slurm.  Every call is bounded by a timeout."""
-
-    async def allocate(self, alloc_opts: Sequence[str], env: dict[str, str],
+    async def allocate(self, opts: Sequence[str], env: dict[str, str],
                        on_job_id: Callable[[int], None], timeout_s: float | None) -> Allocation:
-        """Request a job, wait until it runs; raise AllocationFailed with Slurm's message."""
+        """Request a job and wait until it runs; raise AllocationFailed with Slurm's
+        message.  `on_job_id` hears the job id as soon as Slurm assigns it."""
 
-    async def launch_step(self, argv: Sequence[str], env: dict[str, str], *,
-                          stdio: tuple[int, int, int] | None,
-                          pty_slave: int | None) -> asyncio.subprocess.Process:
-        """Start the container step (srun) with the caller's stdio or a pty."""
+    async def attach(self, job_id: int, env: dict[str, str]) -> Allocation:
+        """Use an existing job; raise AllocationFailed unless it is running."""
 
-    async def run(self, argv: Sequence[str], env: dict[str, str] | None = None,
-                  timeout_s: float = 30.0) -> tuple[int, str]:
-        """Run a short Slurm client command; return (rc, combined output)."""
+    async def wait_ended(self, alloc: Allocation) -> None:
+        """Return when the job's allocation has ended (never for a job not owned)."""
+
+    def revoked(self, alloc: Allocation) -> bool:
+        """Did Slurm end the job underneath us (scancel, node failure)?"""
+
+    async def job_info(self, job_id: int) -> JobInfo | None:
+        """End time and owner of the job; None when Slurm does not answer."""
+
+    async def launch_step(self, req: StepRequest) -> Step:
+        """Start the container step; raise StepLaunchFailed."""
+
+    async def step_id(self, job_id: int, alive: Callable[[], bool]) -> int | None:
+        """The container step's id, retried while `alive()`; None if unknown."""
+
+    async def signal(self, job_id: int, step_id: int | None, sig: int, env: dict[str, str],
+                     alive: Callable[[], bool]) -> None:
+        """Deliver `sig` to the container's init (through the runtime when possible)."""
+
+    def kill_argv(self, job_id: int, step_id: int) -> list[str] | None:
+        """A command that SIGKILLs the container without the anchor (None if impossible)."""
+
+    def command_argv(self, job_id: int, command: str) -> list[str]:
+        """A helper step running `/bin/sh -c command` on every node of the job."""
+
+    async def cancel(self, job_id: int, step_id: int | None = None) -> None:
+        """scancel the job (or one step of it)."""
 
     async def release(self, alloc: Allocation, exit_code: int, timeout_s: float) -> None:
         """End an owned job with the container's exit code (COMPLETED/FAILED)."""
-
-    async def version(self) -> tuple[int, int]:
-        """(major, minor) of the Slurm client commands."""

@@ -1,8 +1,9 @@
 """Slurm backend that drives Slurm's own client commands (salloc, srun, scancel, squeue).
 
-Works with every Slurm from 22.05 on.  The allocation is a salloc whose command
-reports the job environment and then waits for the anchor to send the exit code,
-so the job is recorded as COMPLETED/FAILED rather than CANCELLED.
+Works with every Slurm from 22.05 on; what differs between releases is decided here
+(srun's --container-id exists from 23.02).  The allocation is a salloc whose command
+reports the job environment and then waits for the anchor to send the exit code, so
+the job is recorded as COMPLETED/FAILED rather than CANCELLED.
 """
 
 from __future__ import annotations
@@ -11,50 +12,25 @@ import asyncio
 import contextlib
 import fcntl
 import os
-import re
 import signal
 import tempfile
 import termios
 from collections.abc import Callable, Sequence
 from typing import IO
 
+from scrun_py import procs
 from scrun_py.errors import AllocationFailed, SlurmError, StepLaunchFailed
-from scrun_py.slurm.argv import READY_MARKER, build_salloc_argv, build_scancel_argv
-from scrun_py.slurm.backend import Allocation
+from scrun_py.slurm import argv as slurm_argv
+from scrun_py.slurm import parse
+from scrun_py.slurm.backend import Allocation, JobInfo, Step, StepRequest
+from scrun_py.slurm.options import JOB_NAME
 
-# salloc says so when the job is cancelled or fails while its command still runs
-_REVOKED_RE = re.compile(r"[Jj]ob allocation \d+ has been revoked")
-_JOB_ID_RE = re.compile(r"(?:job allocation|Pending job allocation|Granted job allocation) (\d+)")
-_NOISE = ("salloc: Granted job allocation", "salloc: Pending job allocation",
-          "salloc: job ", "salloc: Waiting for resource configuration",
-          "salloc: Nodes ", "salloc: Relinquishing job allocation",
-          "salloc: Job allocation")
-_PREFIX_RE = re.compile(r"^[\w.-]+: (?:error|fatal): ")
-_MAX_ERROR_LINES = 3
-
-
-def _slurm_message(lines: list[str]) -> str:
-    """A failed Slurm command's stderr in one line: its last few error lines.
-
-    Slurm often logs the cause before a generic summary, e.g. a required SPANK
-    plugin: "<plugin's own message>", "spank: required plugin x.so: init_post_opt()
-    failed with rc=-1", "Plugin stack post-option processing failed".  The last
-    line alone would hide which plugin failed and why.
-    """
-    useful = [ln.strip() for ln in lines if ln.strip() and not ln.startswith(_NOISE)]
-    errors: list[str] = []
-    for ln in reversed(useful):
-        if ("error" in ln.lower() or "fatal" in ln.lower()) and ln not in errors:
-            errors.insert(0, ln)
-            if len(errors) == _MAX_ERROR_LINES:
-                break
-    if not errors:
-        return (useful or [ln.strip() for ln in lines] or ["no output"])[-1]
-    # "salloc: error: a", "salloc: error: b" → "salloc: error: a; b"
-    prefix = _PREFIX_RE.match(errors[0])
-    rest = [ln[prefix.end():] if prefix and ln.startswith(prefix.group()) else ln
-            for ln in errors[1:]]
-    return "; ".join([errors[0], *rest])
+OLDEST = (22, 5)  # the oldest release supported: no --container-id
+# Right after start the runtime may not have created the container yet: retry the
+# runtime's kill briefly instead of cancelling the step, which Slurm 22.05 cannot clean
+# up in that window (the node drains with "Kill task failed").
+RUNTIME_SIGNAL_ATTEMPTS = 20
+STEP_ID_ATTEMPTS = 20
 
 
 class _StderrFile:
@@ -65,9 +41,10 @@ class _StderrFile:
         self.alloc = alloc
         self.offset = 0
         self.partial = b""
+        self.revoked = False
 
     def poll(self) -> int:
-        """Collect new lines into alloc.holder_stderr; return a job id seen, or 0."""
+        """Collect new lines into alloc.messages; return a job id seen, or 0."""
         try:
             data = os.pread(self.fh.fileno(), 65536, self.offset)
         except (OSError, ValueError):
@@ -78,24 +55,32 @@ class _StderrFile:
         job_id = 0
         for raw in lines:
             line = raw.decode(errors="replace")
-            self.alloc.holder_stderr.append(line)
-            if _REVOKED_RE.search(line):
-                self.alloc.revoked = True
-            m = _JOB_ID_RE.search(line)
+            self.alloc.messages.append(line)
+            if parse.REVOKED_RE.search(line):
+                self.revoked = True
+            m = parse.JOB_ID_RE.search(line)
             if m and not job_id:
                 job_id = int(m.group(1))
-        del self.alloc.holder_stderr[:-50]
+        del self.alloc.messages[:-50]
         return job_id
 
 
 class CliSlurm:
-    def __init__(self, salloc: str = "salloc") -> None:
+    def __init__(self, *, salloc: str = "salloc", srun_path: str = "srun",
+                 srun_args: Sequence[str] = (), runtime_kill: str | None = None) -> None:
         self._salloc = salloc
-        self._version: tuple[int, int] | None = None
+        self._srun = srun_path
+        self._srun_args = list(srun_args)
+        self._runtime_kill = runtime_kill
+        self._version: asyncio.Task[tuple[int, int]] | None = None
+        self._holder: asyncio.subprocess.Process | None = None
+        self._stderr: _StderrFile | None = None
 
-    async def allocate(self, alloc_opts: Sequence[str], env: dict[str, str],
+    # ---- the job ----------------------------------------------------------------------------
+    async def allocate(self, opts: Sequence[str], env: dict[str, str],
                        on_job_id: Callable[[int], None], timeout_s: float | None) -> Allocation:
-        argv = build_salloc_argv(alloc_opts, self._salloc)
+        self._start_version_probe()
+        argv = slurm_argv.build_salloc_argv(opts, self._salloc)
         # salloc's stderr goes to an unlinked file, not a pipe: if the anchor dies, a
         # salloc writing to a broken pipe spins at 100% CPU forever (seen on 22.05)
         # kept open for the allocation's lifetime (polled), closed with the process
@@ -107,9 +92,9 @@ class CliSlurm:
         except OSError as exc:
             err_file.close()
             raise AllocationFailed(f"cannot run salloc: {exc.strerror}") from exc
-        assert proc.stdout is not None
-        alloc = Allocation(job_id=0, env={}, owned=True, holder=proc)
+        alloc = Allocation(job_id=0, env={}, owned=True)
         reader = _StderrFile(err_file, alloc)
+        self._holder, self._stderr = proc, reader
 
         async def read_stderr() -> None:
             while True:
@@ -120,17 +105,17 @@ class CliSlurm:
                 await asyncio.sleep(0.05)
 
         stderr_task = asyncio.create_task(read_stderr())
-        alloc_task = asyncio.create_task(self._read_env(proc))
+        env_task = asyncio.create_task(self._read_env(proc))
         try:
-            done = await asyncio.wait_for(asyncio.shield(alloc_task), timeout_s)
+            done = await asyncio.wait_for(asyncio.shield(env_task), timeout_s)
         except TimeoutError:
-            alloc_task.cancel()
+            env_task.cancel()
             await self._abort(proc, alloc)
             stderr_task.cancel()
             reader.poll()
             raise AllocationFailed(
                 f"job allocation not granted within {timeout_s:g}s"
-                + (f" ({_slurm_message(alloc.holder_stderr)})" if alloc.holder_stderr else "")
+                + (f" ({parse.slurm_message(alloc.messages)})" if alloc.messages else "")
             ) from None
         except asyncio.CancelledError:
             await self._abort(proc, alloc)
@@ -140,8 +125,7 @@ class CliSlurm:
         if done is None:
             await proc.wait()
             reader.poll()
-            raise AllocationFailed(f"job allocation failed: {_slurm_message(alloc.holder_stderr)}")
-        alloc.poll_stderr = reader.poll
+            raise AllocationFailed(f"job allocation failed: {parse.slurm_message(alloc.messages)}")
         alloc.env = done
         job_id = int(done.get("SLURM_JOB_ID", "0") or 0)
         if not job_id:
@@ -156,13 +140,13 @@ class CliSlurm:
     async def _read_env(proc: asyncio.subprocess.Process) -> dict[str, str] | None:
         assert proc.stdout is not None
         buf = b""
-        while READY_MARKER not in buf:
+        while slurm_argv.READY_MARKER not in buf:
             chunk = await proc.stdout.read(65536)
             if not chunk:
                 return None
             buf += chunk
         env: dict[str, str] = {}
-        for entry in buf.split(READY_MARKER, 1)[0].split(b"\0"):
+        for entry in buf.split(slurm_argv.READY_MARKER, 1)[0].split(b"\0"):
             name, sep, value = entry.decode(errors="replace").partition("=")
             if sep:
                 env[name] = value
@@ -180,10 +164,46 @@ class CliSlurm:
                     proc.kill()
                 await proc.wait()
         if alloc.job_id:
-            await self.run(build_scancel_argv(alloc.job_id), timeout_s=10)
+            await self.cancel(alloc.job_id)
+
+    async def attach(self, job_id: int, env: dict[str, str]) -> Allocation:
+        self._start_version_probe()
+        res = await self._run(slurm_argv.build_job_state_argv(job_id))
+        state = res.text.strip()
+        if res.status != 0 or state not in ("RUNNING", "CONFIGURING"):
+            raise AllocationFailed(
+                f"SLURM_JOB_ID={job_id} is not a running job ({state or res.status})")
+        return Allocation(job_id=job_id, env=dict(env), owned=False)
+
+    async def wait_ended(self, alloc: Allocation) -> None:
+        if not alloc.owned or self._holder is None:
+            await asyncio.Event().wait()
+            return
+        await self._holder.wait()
+        self._poll()
+
+    def _poll(self) -> None:
+        if self._stderr is not None:
+            self._stderr.poll()
+
+    def revoked(self, alloc: Allocation) -> bool:
+        if not alloc.owned or self._holder is None or self._stderr is None:
+            return False
+        self._stderr.poll()
+        return self._stderr.revoked or self._holder.returncode is not None
+
+    async def job_info(self, job_id: int) -> JobInfo | None:
+        try:
+            res = await self._run(slurm_argv.build_job_info_argv(job_id), timeout_s=15)
+        except SlurmError:
+            return None
+        if res.status != 0:
+            return None
+        end, uid, gid = parse.parse_job_info(res.text)
+        return JobInfo(end_time=end, uid=uid, gid=gid)
 
     async def release(self, alloc: Allocation, exit_code: int, timeout_s: float) -> None:
-        proc = alloc.holder
+        proc = self._holder
         if proc is None or not alloc.owned:
             return
         if proc.returncode is None and proc.stdin is not None:
@@ -194,17 +214,26 @@ class CliSlurm:
         try:
             await asyncio.wait_for(proc.wait(), timeout_s)
         except TimeoutError:
-            await self.run(build_scancel_argv(alloc.job_id), timeout_s=10)
+            await self.cancel(alloc.job_id)
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
             await proc.wait()
 
-    async def launch_step(self, argv: Sequence[str], env: dict[str, str], *,
-                          stdio: tuple[int, int, int] | None,
-                          pty_slave: int | None) -> asyncio.subprocess.Process:
-        kwargs: dict[str, object] = {}
-        if pty_slave is not None:
-            slave = pty_slave
+    async def cancel(self, job_id: int, step_id: int | None = None) -> None:
+        with contextlib.suppress(SlurmError):
+            await self._run(slurm_argv.build_scancel_argv(job_id, step_id=step_id),
+                            timeout_s=15)
+
+    # ---- the container step -----------------------------------------------------------------
+    async def launch_step(self, req: StepRequest) -> Step:
+        version = await self._slurm_version()
+        argv = slurm_argv.build_srun_argv(
+            job_id=req.job_id, container_id=req.container_id, bundle=req.bundle,
+            args=req.args, step_opts=req.step_opts, srun_path=self._srun,
+            srun_args=self._srun_args, pty=req.pty, container_id_flag=version >= (23, 2))
+        kwargs: dict[str, object]
+        if req.pty_slave is not None:
+            slave = req.pty_slave
 
             def make_controlling_tty() -> None:
                 os.setsid()
@@ -212,37 +241,85 @@ class CliSlurm:
 
             kwargs = {"stdin": slave, "stdout": slave, "stderr": slave,
                       "preexec_fn": make_controlling_tty}
-        elif stdio is not None:
-            kwargs = {"stdin": stdio[0], "stdout": stdio[1], "stderr": stdio[2]}
+        else:
+            kwargs = {"stdin": req.stdio[0], "stdout": req.stdio[1], "stderr": req.stdio[2]}
         try:
-            return await asyncio.create_subprocess_exec(*argv, env=env, **kwargs)  # type: ignore[arg-type]
+            return await asyncio.create_subprocess_exec(*argv, env=req.env, **kwargs)  # type: ignore[arg-type]
         except OSError as exc:
             raise StepLaunchFailed(f"cannot run {argv[0]}: {exc.strerror}") from exc
 
-    async def run(self, argv: Sequence[str], env: dict[str, str] | None = None,
-                  timeout_s: float = 30.0) -> tuple[int, str]:
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT, env=env, start_new_session=True)
-        except OSError as exc:
-            raise SlurmError(f"cannot run {argv[0]}: {exc.strerror}") from exc
-        try:
-            out, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            await proc.wait()
-            raise SlurmError(f"{argv[0]} timed out after {timeout_s:g}s") from None
-        assert proc.returncode is not None
-        rc = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
-        return rc, out.decode(errors="replace")
+    async def step_id(self, job_id: int, alive: Callable[[], bool]) -> int | None:
+        for _ in range(STEP_ID_ATTEMPTS):
+            try:
+                res = await self._run(slurm_argv.build_step_list_argv(job_id), timeout_s=15)
+            except SlurmError:
+                return None
+            ids = parse.parse_step_ids(res.text, JOB_NAME)
+            if res.status == 0 and ids:
+                return max(ids)
+            if not alive():
+                return None
+            await asyncio.sleep(0.1)
+        return None
 
-    async def version(self) -> tuple[int, int]:
+    async def signal(self, job_id: int, step_id: int | None, sig: int, env: dict[str, str],
+                     alive: Callable[[], bool]) -> None:
+        argv = self.signal_argv(job_id, step_id, sig)
+        if argv is not None:
+            for _attempt in range(RUNTIME_SIGNAL_ATTEMPTS):
+                res = await self._run(argv, env=env)
+                if res.status == 0 or not alive():
+                    return
+                await asyncio.sleep(0.25)
+        with contextlib.suppress(SlurmError):
+            await self._run(slurm_argv.build_scancel_argv(job_id, signal=sig, step_id=step_id))
+
+    def signal_argv(self, job_id: int, step_id: int | None, sig: int) -> list[str] | None:
+        """The helper step that runs oci.conf's RunTimeKill with `sig` on the job's nodes;
+        None when there is no usable RunTimeKill (unknown step, unexpandable tokens)."""
+        if not self._runtime_kill or step_id is None:
+            return None
+        try:
+            cmd = slurm_argv.signal_shell_command(self._runtime_kill, job_id=job_id,
+                                                  step_id=step_id, signal=sig)
+        except ValueError:
+            return None
+        return slurm_argv.build_command_step_argv(
+            job_id=job_id, command=cmd, srun_path=self._srun, srun_args=self._srun_args,
+            name="scrun-signal")
+
+    def kill_argv(self, job_id: int, step_id: int) -> list[str] | None:
+        return self.signal_argv(job_id, step_id, int(signal.SIGKILL))
+
+    def command_argv(self, job_id: int, command: str) -> list[str]:
+        return slurm_argv.build_command_step_argv(
+            job_id=job_id, command=command, srun_path=self._srun, srun_args=self._srun_args)
+
+    # ---- plumbing ---------------------------------------------------------------------------
+    def _start_version_probe(self) -> None:
+        """Learn the Slurm version (for --container-id) while the job is allocated."""
         if self._version is None:
-            rc, out = await self.run(["srun", "--version"], timeout_s=15)
-            m = re.search(r"(\d+)\.(\d+)", out)
-            if rc != 0 or not m:
-                raise SlurmError(f"cannot determine the Slurm version: {out.strip()[:200]}")
-            self._version = (int(m.group(1)), int(m.group(2)))
-        return self._version
+            self._version = asyncio.create_task(self._probe_version())
+
+    async def _slurm_version(self) -> tuple[int, int]:
+        self._start_version_probe()
+        assert self._version is not None
+        return await self._version
+
+    async def _probe_version(self) -> tuple[int, int]:
+        try:
+            res = await self._run([self._srun, "--version"], timeout_s=15)
+        except SlurmError:
+            return OLDEST
+        version = parse.parse_version(res.text)
+        return version if res.status == 0 and version else OLDEST
+
+    @staticmethod
+    async def _run(argv: Sequence[str], env: dict[str, str] | None = None,
+                   timeout_s: float = 30.0) -> procs.Result:
+        res = await procs.run_async(argv, env=env, timeout_s=timeout_s)
+        if res.error:
+            raise SlurmError(f"cannot run {argv[0]}: {res.error}")
+        if res.timed_out:
+            raise SlurmError(f"{argv[0]} timed out after {timeout_s:g}s")
+        return res

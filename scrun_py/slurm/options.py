@@ -1,5 +1,6 @@
-"""SCRUN_* input variables → salloc/srun options (scrun.md §6.2).  Pure, except for the
-one warning logged for each variable that is read but ignored (IGNORED says why).
+"""SCRUN_* input variables → salloc/srun options (the table of Slurm's scrun(1) INPUT
+ENVIRONMENT VARIABLES).  Pure, except for the one warning logged for each variable
+that is read but ignored (IGNORED says why).
 
 Slurm applies every variable as the environment form of a salloc option; the
 ones that only exist for srun make Slurm's anchor fatal.  We apply those to the
@@ -124,14 +125,12 @@ def flag_is_set(value: str) -> bool:
 class JobOptions:
     alloc: list[str] = field(default_factory=list)
     step: list[str] = field(default_factory=list)
-    ignored: list[str] = field(default_factory=list)
 
 
-def _ignore(out: JobOptions, name: str) -> None:
+def _ignore(name: str) -> None:
     """Not dropped silently: one warning in the anchor's log naming the variable and why."""
     import structlog
 
-    out.ignored.append(name)
     structlog.get_logger().warning(f"{name} is ignored: {IGNORED.get(name, 'not supported')}",
                                    variable=name)
 
@@ -147,14 +146,14 @@ def job_options(environ: dict[str, str]) -> JobOptions:
             continue
         opt, value = SCRUN_OPTIONS[name], environ[name]
         if name == "SCRUN_JOB_NAME":
-            _ignore(out, name)
+            _ignore(name)
             continue
         if name in ("SCRUN_REMOTE_CWD", "SCRUN_WORKING_DIR"):
             continue
         if name in ("SCRUN_REQ_SWITCH", "SCRUN_WAIT4SWITCH"):
             continue
         if opt.where == "removed":
-            _ignore(out, name)
+            _ignore(name)
             continue
         target = out.alloc if opt.where == "alloc" else out.step
         if name == "SCRUN_EXCLUSIVE" and value.strip().lower() in _EXCLUSIVE_VALUES:

@@ -6,7 +6,7 @@ shell command of one builder call.  A missing record is written on first run
 is intended, delete the record and run the test again.
 """
 
-# Expected value first (style.md 7.11) conflicts with SIM300 (yoda); the style guide wins.
+# Expected value first, as everywhere in our tests (hence SIM300 is off for tests/).
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scrun_py.slurm.cli_backend import _slurm_message
+from scrun_py.slurm.parse import slurm_message as _slurm_message
 
 
 class TestSlurmMessage:

@@ -3,7 +3,7 @@
 The socket tests bind real AF_UNIX sockets inside tmp_path (no other process).
 """
 
-# Expected value first (style.md 7.11) conflicts with SIM300 (yoda); the style guide wins.
+# Expected value first, as everywhere in our tests (hence SIM300 is off for tests/).
 
 from __future__ import annotations
 

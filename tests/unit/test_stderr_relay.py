@@ -1,6 +1,6 @@
 """The step's stderr relay: srun's exit report is dropped, everything else passes."""
 
-# Expected value first (style.md 7.11) conflicts with SIM300 (yoda); the style guide wins.
+# Expected value first, as everywhere in our tests (hence SIM300 is off for tests/).
 
 from __future__ import annotations
 

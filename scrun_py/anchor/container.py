@@ -1,0 +1,204 @@
+"""What the anchor knows about its container: the record in state.json, the job
+environment the hooks and the step see, the Lua hook calls, the pty and pid file.
+
+No lifecycle decisions here: `anchor/lifecycle.py` makes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import structlog
+
+from scrun_py import audit, procs, spool, store
+from scrun_py.anchor.spec import AnchorSpec, BundleInfo
+from scrun_py.hooks.lua import HookContext, Hooks, NoHooks
+from scrun_py.slurm.backend import Allocation
+from scrun_py.status import Status
+
+T = TypeVar("T")
+
+
+class Container:
+    def __init__(self, spec: AnchorSpec, bundle: BundleInfo, hooks: Hooks,
+                 environ: dict[str, str]) -> None:
+        self.spec = spec
+        self.bundle = bundle
+        self.hooks = hooks
+        self.environ = environ
+        self.root = Path(spec.root)
+        self.dir = spool.container_dir(self.root, spec.container_id)
+        self.log = structlog.get_logger()
+        self.record = store.ContainerRecord(
+            id=spec.container_id, bundle=str(bundle.path), rootfs=str(bundle.rootfs),
+            oci_version=bundle.config.ociVersion, annotations=dict(bundle.config.annotations),
+            status=Status.CREATING.value, anchor_pid=os.getpid(),
+            anchor_start=procs.process_start_time(os.getpid()), created=spec.created,
+            owner=procs.user_name(os.getuid()), pid_file=spec.pid_file)
+        self.ctx: HookContext | None = None
+        self.staged_in = False  # stage_out is owed
+        self.hook_running = False  # stage_in still runs in its thread
+        self.pty_master: int | None = None
+        self.pty_slave: int | None = None
+        self._t0 = time.monotonic()
+
+    # ---- record and log ----------------------------------------------------------------------
+    def save(self) -> None:
+        with contextlib.suppress(OSError):
+            store.save(self.root, self.record)
+
+    def set_status(self, status: Status) -> None:
+        self.record.status = status.value
+        self.save()
+
+    def event(self, msg: str, **kw: Any) -> None:
+        self.log.info(msg, container_id=self.record.id, job_id=self.record.job_id or None,
+                      elapsed_s=round(time.monotonic() - self._t0, 3), **kw)
+
+    def audit_exit(self, exit_code: int) -> None:
+        audit.record(audit.AuditSettings(self.spec.audit_file, self.spec.audit_syslog), "exit",
+                     container_id=self.record.id, engine=self.spec.engine,
+                     job_id=self.record.job_id or None, bundle=self.record.bundle,
+                     exit_code=exit_code)
+
+    # ---- job environment ---------------------------------------------------------------------
+    def job_env(self, alloc: Allocation | None) -> dict[str, str]:
+        """Job environment + the SCRUN_* variables Slurm's scrun sets for hooks and step."""
+        env = dict(alloc.env if alloc else self.environ)
+        cfg = self.bundle.config
+        uid = self.ctx.user_id if self.ctx else os.getuid()
+        gid = self.ctx.group_id if self.ctx else os.getgid()
+        env.update({
+            "SCRUN_OCI_VERSION": cfg.ociVersion,
+            "SCRUN_CONTAINER_ID": self.record.id,
+            "SCRUN_PID": str(os.getpid()),
+            "SCRUN_BUNDLE": str(self.bundle.path),
+            "SCRUN_SUBMISSION_BUNDLE": self.spec.orig_bundle,
+            "SCRUN_PID_FILE": self.spec.pid_file,
+            "SCRUN_SOCKET": str(self.dir / spool.SOCKET_NAME),
+            "SCRUN_SPOOL_DIR": str(self.dir),
+            "SCRUN_SUBMISSION_CONFIG_FILE": str(self.bundle.config_file),
+            "SCRUN_USER": procs.user_name(uid),
+            "SCRUN_USER_ID": str(uid),
+            "SCRUN_GROUP": procs.group_name(gid),
+            "SCRUN_GROUP_ID": str(gid),
+            "SCRUN_ROOT": self.spec.root,
+            "SCRUN_ROOTFS_PATH": str(self.bundle.rootfs),
+            "SCRUN_SUBMISSION_ROOTFS_PATH": str(self.bundle.rootfs),
+        })
+        for key, value in cfg.annotations.items():
+            env[f"SCRUN_ANNOTATION_{key}"] = value
+        if self.spec.log_path:
+            env["SCRUN_LOG_FILE"] = self.spec.log_path
+            env["SCRUN_LOG_FORMAT"] = self.spec.log_format
+        return env
+
+    # ---- hooks -------------------------------------------------------------------------------
+    async def stage_in(self, alloc: Allocation, uid: int, gid: int,
+                       remote_argv: Callable[[str], list[str]]) -> None:
+        self.ctx = HookContext(
+            container_id=self.record.id, bundle=str(self.bundle.path),
+            orig_bundle=self.spec.orig_bundle, root_path=str(self.bundle.rootfs),
+            orig_root_path=str(self.bundle.rootfs), spool_dir=str(self.dir),
+            config_file=str(self.bundle.config_file), job_id=alloc.job_id,
+            user_id=uid, group_id=gid, env={}, remote_argv=remote_argv)
+        self.ctx.env = self.job_env(alloc)
+        if isinstance(self.hooks, NoHooks):
+            return
+        self.event("stage_in started")
+        self.staged_in = True
+        self.hook_running = True
+        try:
+            await in_daemon_thread(self.hooks.stage_in, self.ctx)
+        except Exception:
+            self.hook_running = False
+            raise
+        # on cancellation (create interrupted) the hook is still running in its thread
+        self.hook_running = False
+        self.record.bundle = self.ctx.bundle
+        self.record.rootfs = self.ctx.root_path
+        self.save()
+        self.event("stage_in finished", bundle=self.ctx.bundle)
+
+    async def stage_out(self) -> None:
+        """Run stage_out once if stage_in ran; its result is only logged (as Slurm does)."""
+        owed, self.staged_in = self.staged_in and self.ctx is not None, False
+        if not owed or self.ctx is None:
+            return
+        self.event("stage_out started")
+        try:
+            rc = await in_daemon_thread(self.hooks.stage_out, self.ctx)
+            self.event("stage_out finished", rc=rc)
+        except Exception as exc:
+            self.log.error("stage_out failed", error=str(exc), container_id=self.record.id)
+
+    # ---- pty and pid file --------------------------------------------------------------------
+    def open_console(self) -> None:
+        if self.bundle.config.process.terminal and self.spec.console_socket:
+            from scrun_py.anchor.console import open_pty
+
+            self.pty_master, self.pty_slave, _ = open_pty()
+
+    def send_console(self) -> None:
+        """Hand the pty master to the engine's --console-socket."""
+        if self.pty_master is None:
+            return
+        from scrun_py.anchor.console import send_master
+
+        send_master(Path(self.spec.console_socket), self.pty_master,
+                    os.ttyname(self.pty_slave) if self.pty_slave is not None else "")
+        os.close(self.pty_master)
+        self.pty_master = None
+
+    def close_pty(self) -> None:
+        for fd in (self.pty_master, self.pty_slave):
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.pty_master = self.pty_slave = None
+
+    def write_pid_file(self) -> None:
+        if self.spec.pid_file:
+            spool.write_pid_file(Path(self.spec.pid_file), os.getpid())
+
+    def remove_pid_file(self) -> None:
+        if self.spec.pid_file:
+            spool.remove_pid_file(Path(self.spec.pid_file), os.getpid())
+
+    def abandon_script(self) -> Path:
+        from scrun_py.slurm.argv import ABANDON_FILE
+
+        return self.dir / ABANDON_FILE
+
+
+async def in_daemon_thread(fn: Callable[..., T], *args: Any) -> T:
+    """Run a blocking hook in a daemon thread: a hook that hangs cannot keep the anchor
+    alive after teardown (asyncio.to_thread's pool threads would be joined at exit)."""
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: Any, exc: BaseException | None) -> None:
+        if fut.done():
+            return
+        if exc is not None:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(result)
+
+    def work() -> None:
+        try:
+            result = fn(*args)
+        except BaseException as exc:  # handed to the awaiting task
+            loop.call_soon_threadsafe(settle, None, exc)
+        else:
+            loop.call_soon_threadsafe(settle, result, None)
+
+    threading.Thread(target=work, name="scrun-hook", daemon=True).start()
+    return await fut

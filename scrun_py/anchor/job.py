@@ -1,0 +1,189 @@
+"""The container's job and step, as the lifecycle drives them through the Slurm backend:
+allocate, ask about the job, launch and watch the step, signal it, end the job.
+
+No phase changes here: `anchor/lifecycle.py` decides what happens next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shlex
+import signal
+
+from scrun_py import procs, spool
+from scrun_py.anchor.container import Container
+from scrun_py.anchor.stderr_relay import StderrRelay
+from scrun_py.errors import AllocationFailed, SlurmError
+from scrun_py.slurm.argv import ABANDON_ENV
+from scrun_py.slurm.backend import Allocation, SlurmBackend, Step, StepRequest
+from scrun_py.slurm.options import JobOptions
+
+RELEASE_TIMEOUT_S = 60.0
+STDERR_DRAIN_S = 5.0  # after srun exits: what the container wrote last still arrives
+SIGKILL = int(signal.SIGKILL)
+
+
+class Job:
+    def __init__(self, box: Container, backend: SlurmBackend, job_opts: JobOptions,
+                 alloc_timeout_s: float | None) -> None:
+        self.box = box
+        self.backend = backend
+        self.job_opts = job_opts
+        self.alloc_timeout_s = alloc_timeout_s
+        self.alloc: Allocation | None = None
+        self.step: Step | None = None
+        self._relay: StderrRelay | None = None
+
+    # ---- the job -----------------------------------------------------------------------------
+    async def allocate(self) -> Allocation:
+        """A new job, or the running job named by SLURM_JOB_ID."""
+        box, rec = self.box, self.box.record
+        existing = box.environ.get("SLURM_JOB_ID", "")
+        box.event("allocation started")
+        if existing:
+            if not existing.isdigit():
+                raise AllocationFailed(f"SLURM_JOB_ID is not a job id: {existing!r}")
+            rec.job_id, rec.owns_job = int(existing), False
+            self.alloc = await self.backend.attach(int(existing), dict(box.environ))
+        else:
+            def on_job_id(job_id: int) -> None:
+                rec.job_id = job_id
+                box.save()
+
+            env = {**box.environ, ABANDON_ENV: str(box.abandon_script())}
+            self.alloc = await self.backend.allocate(self.job_opts.alloc, env, on_job_id,
+                                                     self.alloc_timeout_s)
+            rec.job_id = self.alloc.job_id
+        box.save()
+        box.event("allocation granted")
+        return self.alloc
+
+    async def info(self, alloc: Allocation) -> tuple[float | None, int, int]:
+        """The job's end time (owned jobs: for the time-limit watch) and uid/gid (rootless
+        engines run us as uid 0 in a user namespace), asked only when one is needed."""
+        uid, gid = os.getuid(), os.getgid()
+        userns = procs.in_user_namespace()
+        if not alloc.owned and not userns:
+            return None, uid, gid
+        info = await self.backend.job_info(alloc.job_id)
+        if info is None:
+            return None, uid, gid
+        if userns and info.uid is not None and info.gid is not None:
+            uid, gid = info.uid, info.gid
+        return (info.end_time if alloc.owned else None), uid, gid
+
+    async def end(self, code: int) -> None:
+        """End an owned job with the container's exit code; leave an existing one running."""
+        box, alloc = self.box, self.alloc
+        if alloc is None:
+            if box.record.job_id and box.record.owns_job:  # allocation cut short
+                await self.backend.cancel(box.record.job_id)
+            return
+        if not alloc.owned:
+            box.event("existing allocation left running")
+            return
+        box.event("job end started")
+        try:
+            await self.backend.release(alloc, code, RELEASE_TIMEOUT_S)
+        except SlurmError as exc:
+            box.log.error("ending the job failed", error=str(exc), job_id=alloc.job_id)
+        box.event("job end finished")
+
+    # ---- the step ----------------------------------------------------------------------------
+    async def launch(self) -> Step:
+        """Start the container step with the caller's stdio (stderr through the relay)
+        or the pty; raises ScrunError."""
+        box, alloc = self.box, self.alloc
+        assert alloc is not None
+        relay = StderrRelay(2) if box.pty_slave is None else None
+        req = StepRequest(
+            job_id=alloc.job_id, container_id=box.record.id,
+            bundle=box.ctx.bundle if box.ctx else str(box.bundle.path),
+            args=box.bundle.config.process.args, env=box.job_env(alloc),
+            step_opts=self.job_opts.step, pty_slave=box.pty_slave,
+            pty=box.pty_slave is not None or (box.bundle.config.process.terminal
+                                              and os.isatty(0)),
+            stdio=(0, 1, relay.write_fd if relay else 2))
+        box.event("launch started")
+        try:
+            self.step = await self.backend.launch_step(req)
+        except BaseException:
+            if relay is not None:
+                relay.close()
+            raise
+        if relay is not None:
+            relay.start()
+            self._relay = relay
+        if box.pty_slave is not None:
+            os.close(box.pty_slave)
+            box.pty_slave = None
+        return self.step
+
+    async def wait_step(self, step: Step, check_revoked: bool) -> int:
+        """The container's exit code once its step has exited."""
+        code = procs.exit_code(await step.wait())
+        if self._relay is not None:
+            # the container's last stderr bytes reach the engine before its exit
+            await self._relay.drain(STDERR_DRAIN_S)
+            self._relay.close()
+        alloc = self.alloc
+        if code == 0 and check_revoked and alloc and self.backend.revoked(alloc):
+            # the job ended underneath a running step (scancel, node failure): srun gives
+            # up waiting for the task and exits 0, but the container did not finish;
+            # report it as killed, like Slurm did
+            code = 128 + SIGKILL
+            self.box.event("job ended while the container ran", stderr=alloc.messages[-3:])
+        self.box.event("step finished", exit_code=code)
+        return code
+
+    def step_alive(self) -> bool:
+        return self.step is not None and self.step.returncode is None
+
+    async def step_id(self) -> int | None:
+        rec = self.box.record
+        if rec.step_id is None and self.alloc is not None:
+            rec.step_id = await self.backend.step_id(self.alloc.job_id, self.step_alive)
+            self.box.save()
+        return rec.step_id
+
+    async def signal(self, sig: int) -> None:
+        """Signal the container's init, if its step runs (signal 0: nothing to do)."""
+        alloc = self.alloc
+        if sig == 0 or alloc is None or not self.step_alive():
+            return
+        step_id = await self.step_id()
+        await self.backend.signal(alloc.job_id, step_id, sig, self.box.job_env(alloc),
+                                  self.step_alive)
+        self.box.event("signal delivered", signal=sig, step_id=step_id)
+
+    async def step_exits_within(self, seconds: float) -> bool:
+        if self.step is None:
+            return True
+        try:
+            await asyncio.wait_for(asyncio.shield(self.step.wait()), seconds)
+        except TimeoutError:
+            return False
+        return True
+
+    async def kill(self, grace_s: float) -> None:
+        """SIGKILL through the runtime; after `grace_s`, cancel the step and kill srun."""
+        await self.signal(SIGKILL)
+        if not await self.step_exits_within(grace_s) and self.alloc and self.step:
+            await self.backend.cancel(self.alloc.job_id, self.box.record.step_id)
+            with contextlib.suppress(ProcessLookupError):
+                self.step.kill()
+
+    async def write_abandon_script(self) -> None:
+        """What the allocation holder runs if this anchor dies: SIGKILL the container
+        through the runtime (see slurm/argv.py HOLDER_SCRIPT)."""
+        alloc = self.alloc
+        if alloc is None or not alloc.owned:
+            return
+        step_id = await self.step_id()
+        argv = self.backend.kill_argv(alloc.job_id, step_id) if step_id is not None else None
+        if argv is not None:
+            script = "timeout 30 " + shlex.join(argv) + "\n"
+            with contextlib.suppress(OSError):
+                spool.write_atomic(self.box.abandon_script(), script.encode(), 0o700)

@@ -1,0 +1,319 @@
+"""The anchor's lifecycle: allocate → stage_in → (start) launch → wait → stage_out → end job.
+
+Every phase change goes through `fire`, which looks the (phase, event) pair up in
+`anchor/table.py` and runs the action named there.  Requests from the control socket
+(`start`, `kill`, `delete`) and signals to the anchor (`post`, from the signal
+handler's queue) are events like any other.  One cleanup routine (`_cleanup`) serves
+both the end of a container and an aborted create.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from scrun_py import procs, spool
+from scrun_py.anchor.container import Container
+from scrun_py.anchor.job import Job
+from scrun_py.anchor.table import TABLE, Action, Event, Phase, Transition, kill_event
+from scrun_py.errors import ContainerNotRunning, ContainerStillRunning, ScrunError
+from scrun_py.slurm.backend import Allocation, SlurmBackend, Step
+from scrun_py.slurm.options import JobOptions
+from scrun_py.status import Status
+
+KILL_GRACE_S = 15.0
+# stop containers this long before the job's time limit (Slurm sends TERM at the limit)
+TIME_LIMIT_MARGIN_S = 15.0
+TIME_LIMIT_GRACE_S = 5.0
+SIGKILL, SIGTERM = int(signal.SIGKILL), int(signal.SIGTERM)
+
+
+@dataclass(frozen=True)
+class Ev:
+    kind: Event
+    code: int = 1  # the exit code this event means when no step ran (or the step's)
+    sig: int = 0
+    reason: str = ""
+
+
+_REFUSALS: dict[Action, Callable[[str], ScrunError]] = {
+    Action.REFUSE_START_CREATING:
+        lambda _id: ScrunError("cannot start a container that is still being created"),
+    Action.REFUSE_START_STOPPED:
+        lambda _id: ScrunError("cannot start a container that has stopped"),
+    Action.REFUSE_DELETE_RUNNING: ContainerStillRunning,
+    Action.REFUSE_NOT_RUNNING: lambda _id: ContainerNotRunning(),
+}
+
+
+class Lifecycle:
+    def __init__(self, box: Container, backend: SlurmBackend, job_opts: JobOptions,
+                 alloc_timeout_s: float | None) -> None:
+        self.box = box
+        self.backend = backend
+        self.phase = Phase.CREATING
+        self.trace: list[tuple[Phase, Event, Phase]] = []  # every transition, in order
+        self.job = Job(box, backend, job_opts, alloc_timeout_s)
+        self.exit_code: int | None = None  # the container's, once its step has exited
+        self.stop_code: int | None = None  # from the first stop request
+        self.stop_reason = ""
+        self.delete_requested = False
+        self.launch_error: ScrunError | None = None
+        self.result = 1  # the anchor's exit code, once stopped
+        self._launched = asyncio.Event()
+        self._stopped = asyncio.Event()
+        self._create_task: asyncio.Task[None] | None = None
+        self._watchers: set[asyncio.Task[None]] = set()  # cancelled by the cleanup
+        self._busy: set[asyncio.Task[None]] = set()
+        self._queue: asyncio.Queue[Ev] = asyncio.Queue()
+        self._actions: dict[Action, Callable[[Ev], Coroutine[Any, Any, None] | None]] = {
+            Action.NONE: lambda ev: None, Action.AWAIT_LAUNCH: lambda ev: None,
+            Action.READY: self._ready, Action.LAUNCH: lambda ev: self._launch(),
+            Action.WATCH_STEP: self._watch, Action.SIGNAL: lambda ev: self.job.signal(ev.sig),
+            Action.TERM_STEP: lambda ev: self._term_step(),
+            Action.KILL_STEP: self._kill_step, Action.KILL_LAUNCHED: self._kill_launched,
+            Action.NOTE_STOP: self._note_stop, Action.STOP: self._stop,
+            Action.CLEANUP: self._cleanup_after, Action.INTERRUPT_CREATE: self._interrupt,
+            Action.CLEANUP_ABORTED: lambda ev: self._cleanup(aborted=True),
+            Action.SKIP_STAGE_OUT: self._skip_stage_out, Action.FINISH: self._finish,
+        }
+
+    # ---- the one way to change phase ---------------------------------------------------------
+    def fire(self, ev: Ev) -> tuple[Transition | None, asyncio.Task[None] | None]:
+        t = TABLE.get((self.phase, ev.kind))
+        if t is None:
+            self.box.event("event ignored", phase=self.phase.value, lc_event=ev.kind.value)
+            return None, None
+        self.trace.append((self.phase, ev.kind, t.next))
+        refusal = _REFUSALS.get(t.action)
+        if refusal is not None:
+            raise refusal(self.box.record.id)
+        if t.next is not self.phase:
+            self.box.event("phase", old=self.phase.value, new=t.next.value,
+                           lc_event=ev.kind.value)
+            self.phase = t.next
+        work = self._actions[t.action](ev)
+        return t, (self._spawn(work, self._busy) if work is not None else None)
+
+    def post(self, ev: Ev) -> None:
+        """For signal handlers: queue an event (the consumer task fires it)."""
+        self._queue.put_nowait(ev)
+
+    def _spawn(self, work: Coroutine[Any, Any, None],
+               into: set[asyncio.Task[None]]) -> asyncio.Task[None]:
+        task = asyncio.create_task(work)
+        into.add(task)
+
+        def done(t: asyncio.Task[None]) -> None:
+            into.discard(t)
+            if not t.cancelled() and t.exception() is not None:
+                self.box.log.error("anchor task failed", exc_info=t.exception())
+
+        task.add_done_callback(done)
+        return task
+
+    async def _consume(self) -> None:
+        while True:
+            ev = await self._queue.get()
+            self.box.event("anchor received signal", signal=ev.sig)
+            with contextlib.suppress(ScrunError):
+                self.fire(ev)
+
+    # ---- requests (control socket) -----------------------------------------------------------
+    async def start(self) -> int:
+        self.fire(Ev(Event.START))
+        await self._launched.wait()
+        if self.launch_error is not None:
+            raise self.launch_error
+        return self.box.record.job_id
+
+    async def kill(self, sig: int) -> None:
+        t, task = self.fire(Ev(kill_event(sig), code=128 + sig, sig=sig,
+                               reason=f"signal {sig} before start"))
+        if t is not None and t.action is Action.SIGNAL and task is not None:
+            await task
+
+    async def delete(self, force: bool) -> None:
+        self.fire(Ev(Event.DELETE_FORCE if force else Event.DELETE, code=128 + SIGKILL,
+                     reason="delete"))
+        await self._stopped.wait()
+
+    def snapshot(self) -> dict[str, Any]:
+        rec = self.box.record
+        return {"status": rec.status, "job_id": rec.job_id, "bundle": rec.bundle}
+
+    async def wait_stopped(self) -> int:
+        await self._stopped.wait()
+        return self.result
+
+    # ---- create ------------------------------------------------------------------------------
+    async def create(self) -> BaseException | None:
+        """Allocate and stage in; None once `created`, else the failure (cleaned up)."""
+        self._spawn(self._consume(), self._busy)
+        self._create_task = asyncio.create_task(self._create())
+        try:
+            await self._create_task
+        except asyncio.CancelledError:
+            if not self._create_task.cancelled():
+                raise
+            err: BaseException = self._interrupted()
+        except Exception as exc:
+            err = exc
+        else:
+            self.fire(Ev(Event.CREATED_OK))
+            if self.phase is Phase.CREATED:
+                return None
+            await self._stopped.wait()  # a stop won the race: CREATED_OK cleaned up
+            return self._interrupted()
+        self.box.log.info("create failed", error=str(err), container_id=self.box.record.id)
+        self.fire(Ev(Event.CREATE_FAILED))
+        await self._stopped.wait()
+        return err
+
+    def _interrupted(self) -> ScrunError:
+        return ScrunError(f"container creation interrupted: {self.stop_reason or 'stopped'}")
+
+    async def _create(self) -> None:
+        box = self.box
+        box.save()
+        box.open_console()
+        alloc = await self.job.allocate()
+        self._spawn(self._watch_job(alloc), self._watchers)
+        end, uid, gid = await self.job.info(alloc)
+        if end is not None:
+            delay = end - time.time() - TIME_LIMIT_MARGIN_S
+            box.event("time limit watch", stop_in_s=round(delay, 1))
+            self._spawn(self._time_limit(max(delay, 0.0)), self._watchers)
+        await box.stage_in(alloc, uid, gid, lambda cmd: self.backend.command_argv(
+            alloc.job_id, cmd))
+        box.send_console()
+        box.write_pid_file()
+
+    async def _watch_job(self, alloc: Allocation) -> None:
+        await self.backend.wait_ended(alloc)
+        self.box.event("job allocation ended", stderr=alloc.messages[-3:])
+        reason = ("the job ended while the container was being created"
+                  if self.phase is Phase.CREATING else "job ended before the container started")
+        self.fire(Ev(Event.JOB_ENDED, reason=reason))
+
+    async def _time_limit(self, delay_s: float) -> None:
+        await asyncio.sleep(delay_s)
+        self.fire(Ev(Event.TIME_LIMIT, code=128 + SIGTERM, reason="time limit reached"))
+
+    # ---- actions -----------------------------------------------------------------------------
+    def _ready(self, ev: Ev) -> None:
+        self.box.set_status(Status.CREATED)
+        self.box.event("container created")
+
+    def _note_stop(self, ev: Ev) -> None:
+        if ev.kind in (Event.DELETE, Event.DELETE_FORCE):
+            self.delete_requested = True
+        if self.stop_code is None:
+            self.stop_code, self.stop_reason = ev.code, ev.reason
+            self.box.event("stop requested", reason=ev.reason)
+
+    def _stop(self, ev: Ev) -> Coroutine[Any, Any, None]:
+        self._note_stop(ev)
+        return self._cleanup(aborted=False)
+
+    def _interrupt(self, ev: Ev) -> None:
+        self._note_stop(ev)
+        if self._create_task is not None:
+            self._create_task.cancel()
+
+    def _skip_stage_out(self, ev: Ev) -> None:
+        self.box.staged_in = False  # a second signal: just end the job
+
+    def _finish(self, ev: Ev) -> None:
+        self._stopped.set()
+
+    def _cleanup_after(self, ev: Ev) -> Coroutine[Any, Any, None]:
+        if ev.kind is Event.STEP_EXITED:
+            self.exit_code = ev.code
+        else:
+            self._note_stop(ev)
+        return self._cleanup(aborted=False)
+
+    async def _launch(self) -> None:
+        try:
+            await self.job.launch()
+        except Exception as exc:
+            err = exc if isinstance(exc, ScrunError) else ScrunError(f"internal error: {exc!r}")
+            self.launch_error = err
+            self._launched.set()
+            self.fire(Ev(Event.LAUNCH_FAILED, reason=f"launch failed: {err}"))
+            return
+        self._launched.set()
+        self.fire(Ev(Event.LAUNCHED))
+
+    def _watch(self, ev: Ev) -> None:
+        step = self.job.step
+        assert step is not None
+        self.box.set_status(Status.RUNNING)
+        self.box.event("launch finished", srun_pid=step.pid)
+        self._spawn(self._watch_step(step), self._watchers)
+        self._spawn(self.job.write_abandon_script(), self._watchers)
+
+    def _kill_launched(self, ev: Ev) -> Coroutine[Any, Any, None]:
+        self._watch(ev)
+        return self._kill_step(ev)
+
+    async def _watch_step(self, step: Step) -> None:
+        code = await self.job.wait_step(step, check_revoked=self.phase is Phase.RUNNING)
+        self.fire(Ev(Event.STEP_EXITED, code=code))
+
+    async def _term_step(self) -> None:
+        self.box.event("time limit reached: stopping the container")
+        await self.job.signal(SIGTERM)
+        if not await self.job.step_exits_within(TIME_LIMIT_GRACE_S):
+            await self.job.signal(SIGKILL)
+
+    def _kill_step(self, ev: Ev) -> Coroutine[Any, Any, None]:
+        self._note_stop(ev)
+        return self.job.kill(KILL_GRACE_S)
+
+    # ---- the one cleanup ---------------------------------------------------------------------
+    async def _cleanup(self, aborted: bool) -> None:
+        """stage_out, end the job, then either mark the container stopped (teardown) or
+        remove every trace of it (aborted create)."""
+        box = self.box
+        code = 1 if aborted else next(
+            c for c in (self.exit_code, self.stop_code, 1) if c is not None)
+        try:
+            for task in self._watchers:
+                task.cancel()
+            hook_hung = box.hook_running  # stage_in still runs: the Lua state is busy
+            if hook_hung:
+                box.staged_in = False
+            if not aborted:
+                box.record.exit_code = code
+            await box.stage_out()
+            await self.job.end(code)
+            if hook_hung:
+                for pid in procs.descendants(os.getpid()):  # what the hung hook started
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, SIGKILL)
+            box.close_pty()
+            if not hook_hung:
+                box.hooks.close()
+            box.remove_pid_file()
+            if aborted:
+                spool.remove_tree(box.dir)
+                return
+            with contextlib.suppress(OSError):
+                (box.dir / spool.SOCKET_NAME).unlink()
+            box.record.anchor_pid = 0
+            box.set_status(Status.STOPPED)
+            if self.delete_requested:
+                spool.remove_tree(box.dir)
+            box.event("container stopped", exit_code=code)
+            box.audit_exit(code)
+        finally:
+            self.result = code
+            self.fire(Ev(Event.CLEANED))

@@ -1,0 +1,171 @@
+"""Processes and accounts: the one home for wait statuses, user names, /proc reads and
+running a short command.  Every caller in scrun-py goes through these."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+#: status of a command killed after its timeout (coreutils timeout's convention)
+TIMEOUT_STATUS = 124
+#: status of a command that could not be started (the shell's convention)
+NOT_STARTED_STATUS = 127
+
+
+def exit_code(returncode: int) -> int:
+    """subprocess/asyncio returncode (negative N for death by signal N) → shell-style
+    0..255: 128+N for a signal."""
+    return 128 - returncode if returncode < 0 else returncode & 0xFF
+
+
+def user_name(uid: int) -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def group_name(gid: int) -> str:
+    import grp
+
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
+
+
+# -- /proc ------------------------------------------------------------------------------------
+
+def _stat_fields(pid: int | str) -> list[bytes]:
+    """The fields of /proc/<pid>/stat after `(comm)`: [state, ppid, …]; [] if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return []
+    return stat[stat.rfind(b")") + 2 :].split()
+
+
+def process_start_time(pid: int) -> str:
+    """Field 22 of /proc/<pid>/stat; '' if the process is gone or a zombie."""
+    rest = _stat_fields(pid)
+    if len(rest) < 20 or rest[0] in (b"Z", b"X"):
+        return ""
+    return rest[19].decode()
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below `pid`, parents before children."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        rest = _stat_fields(entry)
+        if len(rest) > 1 and rest[1].isdigit():
+            children.setdefault(int(rest[1]), []).append(int(entry))
+    out: list[int] = []
+    stack = list(children.get(pid, []))
+    while stack:
+        child = stack.pop()
+        out.append(child)
+        stack.extend(children.get(child, []))
+    return out
+
+
+def comm(pid: int) -> str:
+    """The process's command name (/proc/<pid>/comm); '' if gone."""
+    try:
+        with open(f"/proc/{pid}/comm") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
+def set_comm(name: str) -> None:
+    """Name this process in ps/top (15 bytes at most)."""
+    with contextlib.suppress(OSError), open("/proc/self/comm", "w") as fh:
+        fh.write(name[:15])
+
+
+def _id_map(kind: str) -> list[tuple[int, int, int]]:
+    """/proc/self/{uid,gid}_map as (inside, outside, count) rows; [] if unreadable."""
+    try:
+        with open(f"/proc/self/{kind}_map") as fh:
+            return [(int(a), int(b), int(c)) for a, b, c in (ln.split() for ln in fh)]
+    except (OSError, ValueError):
+        return []
+
+
+def ns_root_host_id(kind: str = "uid") -> int:
+    """The id that this user namespace's 0 is in the parent namespace (0 if none/unmapped)."""
+    return next((outside for inside, outside, _ in _id_map(kind) if inside == 0), 0)
+
+
+def in_user_namespace() -> bool:
+    """True unless this is the initial user namespace (uid_map "0 0 4294967295")."""
+    return _id_map("uid") != [(0, 0, 4294967295)]
+
+
+# -- running a short command ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Result:
+    status: int  # exit code, 128+N for signal N, 124 on timeout, 127 if it cannot start
+    output: bytes  # stdout and stderr, interleaved
+    timed_out: bool = False
+    error: str = ""  # why it could not start (strerror), '' if it ran
+
+    @property
+    def text(self) -> str:
+        return self.output.decode(errors="replace")
+
+
+def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
+        timeout_s: float | None = 30.0, stdin: bytes | None = None) -> Result:
+    """Run `argv` in its own session (stdin /dev/null unless given); on timeout the
+    whole process group is killed."""
+    try:
+        proc = subprocess.Popen(
+            list(argv), stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            env=dict(env) if env is not None else None, start_new_session=True)
+    except OSError as exc:
+        return Result(NOT_STARTED_STATUS, f"{argv[0]}: {exc.strerror}\n".encode(),
+                      error=exc.strerror or str(exc))
+    try:
+        out, _ = proc.communicate(stdin, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        return Result(TIMEOUT_STATUS, out, timed_out=True)
+    return Result(exit_code(proc.returncode), out)
+
+
+async def run_async(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
+                    timeout_s: float | None = 30.0) -> Result:
+    """`run` for the anchor's event loop."""
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT, env=dict(env) if env is not None else None,
+            start_new_session=True)
+    except OSError as exc:
+        return Result(NOT_STARTED_STATUS, f"{argv[0]}: {exc.strerror}\n".encode(),
+                      error=exc.strerror or str(exc))
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
+        return Result(TIMEOUT_STATUS, b"", timed_out=True)
+    assert proc.returncode is not None
+    return Result(exit_code(proc.returncode), out)

@@ -1,0 +1,80 @@
+"""Parsers for what Slurm's client commands print (squeue, srun --version, salloc's
+stderr).  Pure: text in, typed values out."""
+
+from __future__ import annotations
+
+import re
+import time
+
+# salloc says so when the job is cancelled or fails while its command still runs
+REVOKED_RE = re.compile(r"[Jj]ob allocation \d+ has been revoked")
+JOB_ID_RE = re.compile(r"(?:job allocation|Pending job allocation|Granted job allocation) (\d+)")
+_NOISE = ("salloc: Granted job allocation", "salloc: Pending job allocation",
+          "salloc: job ", "salloc: Waiting for resource configuration",
+          "salloc: Nodes ", "salloc: Relinquishing job allocation",
+          "salloc: Job allocation")
+_PREFIX_RE = re.compile(r"^[\w.-]+: (?:error|fatal): ")
+_MAX_ERROR_LINES = 3
+_VERSION_RE = re.compile(r"(\d+)\.(\d+)")
+
+
+def slurm_message(lines: list[str]) -> str:
+    """A failed Slurm command's stderr in one line: its last few error lines.
+
+    Slurm often logs the cause before a generic summary, e.g. a required SPANK
+    plugin: "<plugin's own message>", "spank: required plugin x.so: init_post_opt()
+    failed with rc=-1", "Plugin stack post-option processing failed".  The last
+    line alone would hide which plugin failed and why.
+    """
+    useful = [ln.strip() for ln in lines if ln.strip() and not ln.startswith(_NOISE)]
+    errors: list[str] = []
+    for ln in reversed(useful):
+        if ("error" in ln.lower() or "fatal" in ln.lower()) and ln not in errors:
+            errors.insert(0, ln)
+            if len(errors) == _MAX_ERROR_LINES:
+                break
+    if not errors:
+        return (useful or [ln.strip() for ln in lines] or ["no output"])[-1]
+    # "salloc: error: a", "salloc: error: b" → "salloc: error: a; b"
+    prefix = _PREFIX_RE.match(errors[0])
+    rest = [ln[prefix.end():] if prefix and ln.startswith(prefix.group()) else ln
+            for ln in errors[1:]]
+    return "; ".join([errors[0], *rest])
+
+
+def parse_version(text: str) -> tuple[int, int] | None:
+    """`srun --version` ("slurm 22.05.8", "slurm-wlm 24.11.1") → (major, minor)."""
+    words = text.split()
+    m = _VERSION_RE.match(words[-1]) if words else None
+    m = m or _VERSION_RE.search(text)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def parse_slurm_time(text: str) -> float | None:
+    """squeue's %e (local time, e.g. 2026-11-29T12:45:00) → epoch; None if unlimited."""
+    try:
+        return time.mktime(time.strptime(text.strip(), "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
+
+
+def parse_step_ids(text: str, name: str) -> list[int]:
+    """`squeue --steps --format=%i|%j` → the step ids of the steps called `name`."""
+    ids = []
+    for line in text.splitlines():
+        step, _, step_name = line.strip().partition("|")
+        _, _, sid = step.partition(".")
+        if step_name == name and sid.isdigit():
+            ids.append(int(sid))
+    return ids
+
+
+def parse_job_info(text: str) -> tuple[float | None, int | None, int | None]:
+    """`squeue --format=%e|%U|%G` → (end time, uid, gid); None for what is missing."""
+    end_s, _, ids = text.strip().partition("|")
+    uid_s, _, gid_s = ids.partition("|")
+    try:
+        uid, gid = int(uid_s), int(gid_s)
+    except ValueError:
+        return parse_slurm_time(end_s), None, None
+    return parse_slurm_time(end_s), uid, gid
