@@ -1,12 +1,14 @@
-"""Logging: the fatal-error record every command writes, and the anchor's structlog setup.
+"""Logging: the fatal-error record every command writes, the sinks, the level ladder's
+sources, and the (once per process) structlog setup.
 
 The fatal path must be cheap (no structlog import) and must write
 `{"level":"error","msg":…,"time":RFC3339}` to --log, because containerd reads
-the last error record back from that file (style.md §0.1).
+the last error record back from that file.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -15,27 +17,32 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-# Slurm's level words (scrun.md §2.1) → stdlib-style numbers.
-LEVELS: dict[str, int] = {
-    "quiet": 100, "fatal": 50, "error": 40, "info": 20, "verbose": 15,
-    "debug": 10, "debug2": 9, "debug3": 8, "debug4": 7, "debug5": 6,
-}
-_BY_NUMBER = ["quiet", "fatal", "error", "info", "verbose", "debug", "debug2", "debug3",
-              "debug4", "debug5"]
-_NAME_LEVEL = {"critical": 50, "error": 40, "warning": 30, "warn": 30, "info": 20,
-               "debug": 10, "exception": 40}
+from scrun_py import flags
+
+# Level word → stdlib-style number, for every word of the ladder (flags.LEVELS).
+LEVELS: dict[str, int] = {lvl.word: lvl.number for lvl in flags.LEVELS}
+# The event key that carries a ladder word the structlog method names cannot say
+# (verbose, debug2..debug5): log_at() sets it, Sinks reads it.
+LEVEL_KEY = "scrun_level"
+SYSLOG_IDENT = "scrun-py"
 
 
-def parse_level(value: str, source: str) -> int:
-    """A Slurm debug level word or number 0-9; 'quiet' is accepted (Slurm rejects it)."""
+def parse_level(value: str, source: str, *, extra: tuple[str, ...] = ()) -> int:
+    """A Slurm level word or digit 0-9 → number; ConfigError (one line) otherwise.
+
+    'quiet' is accepted (Slurm's scrun rejects it for the SCRUN_*DEBUG variables).
+    """
+    return flags.level(level_word(value, source, extra=extra)).number
+
+
+def level_word(value: str, source: str, *, extra: tuple[str, ...] = ()) -> str:
+    """The canonical word of a level given as `source`; ConfigError naming it otherwise."""
     from scrun_py.errors import ConfigError
 
-    v = value.strip().lower()
-    if v.isdigit() and int(v) < len(_BY_NUMBER):
-        v = _BY_NUMBER[int(v)]
-    if v not in LEVELS:
-        raise ConfigError(f"{source}: invalid debug level {value!r}")
-    return LEVELS[v]
+    try:
+        return flags.level_word(value, extra=extra)
+    except ValueError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
 
 
 def rfc3339_now() -> str:
@@ -78,7 +85,11 @@ def fatal_record(msg: str, log_path: Path | None, log_format: str) -> None:
 
 
 class Sinks:
-    """Where anchor log events go, each with its own level (stderr, --log file, syslog)."""
+    """Where log events go, each with its own level (stderr, --log file, syslog).
+
+    Usable without structlog (`emit`, for the short-lived commands that must stay
+    cheap) and as the last structlog processor (the anchor).
+    """
 
     def __init__(self, *, stderr_level: int, file_level: int, syslog_level: int,
                  log_path: Path | None, log_format: str) -> None:
@@ -87,70 +98,114 @@ class Sinks:
         self.syslog_level = syslog_level
         self.log_path = log_path
         self.log_format = log_format
-        self._syslog_open = False
+
+    def update(self, other: Sinks) -> None:
+        """Take `other`'s levels and targets (structlog stays configured once)."""
+        self.__dict__.update(other.__dict__)
 
     @property
     def min_level(self) -> int:
         return min(self.stderr_level, self.file_level, self.syslog_level)
 
-    def __call__(self, _logger: Any, method: str, event: MutableMapping[str, Any]) -> Any:
-        import structlog
+    def enabled(self, word: str) -> bool:
+        return flags.level(word).number >= self.min_level
 
-        level_name = str(event.pop("level", method))
-        number = _NAME_LEVEL.get(level_name, 20)
-        msg = str(event.pop("msg", event.pop("event", "")))
-        event.pop("time", None)
+    def emit(self, word: str, msg: str, fields: Mapping[str, Any] | None = None) -> None:
+        """One record at level `word` (a ladder word or `warning`) to every sink that
+        wants it.  Write errors are swallowed: logging never fails a command."""
+        number = flags.level(word).number
         if number >= self.stderr_level:
             try:
-                sys.stderr.write(format_record(level_name, msg, "text", event) + "\n")
+                sys.stderr.write(format_record(word, msg, "text", fields) + "\n")
                 sys.stderr.flush()
             except OSError:
                 pass
         if number >= self.file_level and self.log_path is not None:
             try:
-                append_line(self.log_path, format_record(level_name, msg, self.log_format, event))
+                append_line(self.log_path, format_record(word, msg, self.log_format, fields))
             except OSError:
                 pass
         if number >= self.syslog_level:
-            self._syslog(number, msg, event)
+            syslog_line(word, format_record(word, msg, "json", fields))
+
+    def __call__(self, _logger: Any, method: str, event: MutableMapping[str, Any]) -> Any:
+        import structlog
+
+        method_word = flags.METHOD_LEVELS.get(str(event.pop("level", method)), "info")
+        word = str(event.pop(LEVEL_KEY, method_word))
+        if word not in flags.LADDER and word != flags.WARNING.word:
+            word = method_word
+        msg = str(event.pop("msg", event.pop("event", "")))
+        event.pop("time", None)
+        if flags.level(word).number >= self.min_level:
+            self.emit(word, msg, event)
         raise structlog.DropEvent
 
-    def _syslog(self, number: int, msg: str, fields: Mapping[str, Any]) -> None:
-        import syslog
 
-        if not self._syslog_open:
-            syslog.openlog("scrun-py", syslog.LOG_PID, syslog.LOG_DAEMON)
-            self._syslog_open = True
-        prio = syslog.LOG_ERR if number >= 40 else syslog.LOG_INFO if number >= 20 else \
-            syslog.LOG_DEBUG
-        syslog.syslog(prio, format_record("info", msg, "json", fields))
+def syslog_line(word: str, line: str) -> None:
+    """Send one line to syslog at the priority of level `word` (flags.LEVELS)."""
+    import syslog
+
+    _open_syslog()
+    syslog.syslog(getattr(syslog, flags.level(word).syslog), line)
+
+
+@functools.cache
+def _open_syslog() -> None:
+    """Opened once per process, with one facility: LOG_USER, which Slurm's scrun uses
+    for its commands (scrun-py's anchor is one of the user's processes too)."""
+    import syslog
+
+    syslog.openlog(SYSLOG_IDENT, syslog.LOG_PID, syslog.LOG_USER)
 
 
 def env_levels(environ: Mapping[str, str], *, debug: bool, verbosity: int,
+               log_level: str | None = None,
                overrides: Mapping[str, str | None] | None = None) -> dict[str, int]:
-    """stderr/file/syslog levels from SCRUN_*DEBUG, --debug/-v and oci.conf overrides."""
-    levels = {"stderr": LEVELS["error"], "file": LEVELS["info"], "syslog": LEVELS["quiet"]}
-    if verbosity:
-        idx = min(_BY_NUMBER.index("info") + verbosity, len(_BY_NUMBER) - 1)
-        levels["stderr"] = LEVELS[_BY_NUMBER[idx]]
-    if debug:
-        levels["stderr"] = levels["file"] = LEVELS["debug"]
-    if "SCRUN_DEBUG" in environ:
-        lvl = parse_level(environ["SCRUN_DEBUG"], "SCRUN_DEBUG")
-        levels = {k: lvl for k in levels}
-    for key, var in (("stderr", "SCRUN_STDERR_DEBUG"), ("file", "SCRUN_FILE_DEBUG"),
-                     ("syslog", "SCRUN_SYSLOG_DEBUG")):
+    """stderr/file/syslog levels, from every source in flags.LEVEL_SOURCES, in order.
+
+    `overrides` maps a sink to oci.conf's level for it (the anchor only).  A bad
+    level word is a ConfigError naming where it came from.
+    """
+    words: dict[str, str] = {sink: word for sink, word in flags.DEFAULT_LEVELS.items()}
+    for var, sinks in flags.LEVEL_ENV.items():
         if var in environ:
-            levels[key] = parse_level(environ[var], var)
-    for key, value in (overrides or {}).items():
+            words.update(dict.fromkeys(sinks, level_word(environ[var], var)))
+    if log_level is not None:
+        words["stderr"] = words["file"] = level_word(log_level, "--log-level",
+                                                     extra=flags.CRUN_LOG_LEVELS)
+    if debug:
+        words["stderr"] = words["file"] = "debug"
+    if verbosity:
+        base = min((words["stderr"], "info"), key=lambda w: flags.level(w).number)
+        words["stderr"] = flags.step(base, verbosity)
+    for sink, value in (overrides or {}).items():
         if value:
-            levels[key] = parse_level(value, f"oci.conf {key}")
-    return levels
+            source = next((k for k, v in flags.LEVEL_OCI_CONF.items() if v == sink), sink)
+            words[sink] = level_word(value, f"oci.conf {source}")
+    return {sink: flags.level(word).number for sink, word in words.items()}
 
 
-def configure_structlog(sinks: Sinks) -> None:
+def log_at(logger: Any, word: str, msg: str, **fields: Any) -> None:
+    """Log `msg` at any ladder word (verbose, debug2..debug5 included) through structlog."""
+    number = flags.level(word).number
+    method = "debug" if number <= LEVELS["debug"] else "info" if number < 30 else \
+        "warning" if number < 40 else "error" if number < 50 else "critical"
+    getattr(logger, method)(msg, **{LEVEL_KEY: word}, **fields)
+
+
+def configure_structlog(sinks: Sinks) -> Sinks:
+    """Configure structlog for this process once; later calls only change the levels and
+    targets of the sinks already installed.  Returns the installed sinks."""
     import structlog
 
+    if structlog.is_configured():
+        for proc in structlog.get_config()["processors"]:
+            if isinstance(proc, Sinks):
+                proc.update(sinks)
+                return proc
+    # Filter nothing in the bound logger: the sinks decide per record, so their levels
+    # can change after the first log call (and the ladder has levels below debug).
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -158,6 +213,7 @@ def configure_structlog(sinks: Sinks) -> None:
             structlog.processors.format_exc_info,
             sinks,
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(min(sinks.min_level, 50)),
+        wrapper_class=structlog.make_filtering_bound_logger(LEVELS["debug"]),
         cache_logger_on_first_use=True,
     )
+    return sinks

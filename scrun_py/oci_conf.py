@@ -15,14 +15,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import PydanticCustomError
 
 from scrun_py.errors import OciConfError
+from scrun_py.flags import LADDER, level_word
 from scrun_py.patterns import tokens_in, unknown_tokens
 
 Mode = Literal["run", "create-start", "ignore-config-json"]
 
 _TRUE_WORDS = ("yes", "true", "1")
 _FALSE_WORDS = ("no", "false", "0")
-_DEBUG_LEVELS = ("quiet", "fatal", "error", "info", "verbose", "debug", "debug2", "debug3",
-                 "debug4", "debug5")
 # OCI runtime-spec hook types (config.json "hooks" keys).
 _HOOK_TYPES = ("prestart", "createRuntime", "createContainer", "startContainer", "poststart",
                "poststop")
@@ -101,10 +100,10 @@ class OciConf(BaseModel):
     @field_validator("file_debug", "stdio_debug", "syslog_debug", mode="before")
     @classmethod
     def _debug_level(cls, value: object) -> object:
-        word = str(value).lower()
-        if word in _DEBUG_LEVELS or (len(word) == 1 and word.isdigit()):
-            return word
-        raise ValueError(f"must be a debug level: {', '.join(_DEBUG_LEVELS)} or 0-9")
+        try:
+            return level_word(str(value))
+        except ValueError:
+            raise ValueError(f"must be a debug level: {', '.join(LADDER)} or 0-9") from None
 
     @field_validator("disable_hooks", mode="before")
     @classmethod
@@ -207,6 +206,10 @@ class OciConf(BaseModel):
         if self.disable_hooks:
             problems.append("DisableHooks: has no effect in slurmstepd (parser bug); "
                             "hooks stay in config.json")
+        if self.debug_flags:
+            problems.append("DebugFlags: has no effect in scrun-py (its anchor runs no Slurm "
+                            "code in-process; salloc and srun follow slurm.conf's DebugFlags "
+                            "or SLURM_DEBUG_FLAGS)")
         return problems
 
 

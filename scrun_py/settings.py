@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from scrun_py import flags
 
 DEFAULT_SLURM_CONF = Path("/etc/slurm/slurm.conf")
 
@@ -19,18 +23,43 @@ class Invocation:
     debug: bool = False
     verbosity: int = 0
     slurm_conf: Path | None = None
+    log_level: str | None = None
+    # stderr, --log file and syslog levels of this process (logs.env_levels)
+    levels: tuple[int, int, int] = (flags.level(flags.DEFAULT_LEVELS["stderr"]).number,
+                                    flags.level(flags.DEFAULT_LEVELS["file"]).number,
+                                    flags.level(flags.DEFAULT_LEVELS["syslog"]).number)
 
     @classmethod
     def resolve(cls, *, root: str | Path | None, log_path: str | Path | None = None,
                 log_format: str = "text", debug: bool = False, verbosity: int = 0,
-                slurm_conf: str | Path | None = None) -> Invocation:
+                slurm_conf: str | Path | None = None, log_level: str | None = None,
+                environ: Mapping[str, str] | None = None) -> Invocation:
         """Global options as given on the command line → absolute paths and defaults
-        (one place for the click group and the click-free fast path)."""
+        (one place for the click group and the click-free fast path).
+
+        The diagnostics levels come from SCRUN_*DEBUG, --log-level, --debug and -v; a
+        bad level word is a ConfigError naming its source.
+        """
+        from scrun_py.logs import env_levels
+
+        lv = env_levels(os.environ if environ is None else environ, debug=debug,
+                        verbosity=verbosity, log_level=log_level)
         return cls(root=Path(os.path.abspath(root)) if root is not None else default_root(),
                    log_path=Path(log_path) if log_path is not None else None,
                    log_format=log_format, debug=debug, verbosity=verbosity,
                    slurm_conf=(Path(os.path.abspath(slurm_conf)) if slurm_conf is not None
-                               else None))
+                               else None),
+                   log_level=log_level, levels=(lv["stderr"], lv["file"], lv["syslog"]))
+
+    def note(self, word: str, msg: str, **fields: Any) -> None:
+        """Log one record at level `word` from a short-lived command (no structlog)."""
+        from scrun_py.logs import Sinks
+
+        stderr, file, syslog = self.levels
+        sinks = Sinks(stderr_level=stderr, file_level=file, syslog_level=syslog,
+                      log_path=self.log_path, log_format=self.log_format)
+        if sinks.enabled(word):
+            sinks.emit(word, msg, fields)
 
     def slurm_conf_path(self) -> Path:
         if self.slurm_conf is not None:

@@ -21,6 +21,7 @@ from typing import Any, Final, Protocol
 
 import structlog
 
+from scrun_py import logs
 from scrun_py.errors import HookError
 from scrun_py.hooks import _builtins
 from scrun_py.hooks._prelude import PRELUDE
@@ -336,11 +337,8 @@ class LuaHooks:
             index = min(max(int(float(str(level))), 0), len(_LUA_LEVELS) - 1)
         except (ValueError, OverflowError):
             index = 0
-        log = self._logger()
-        if index == 0:
-            log.info(f"lua: {msg}", script=str(self.script))
-        else:
-            log.debug(f"lua: {msg}", script=str(self.script), lua_level=_LUA_LEVELS[index])
+        # each at its own level of the ladder (verbose, debug2..debug4 included)
+        logs.log_at(self._logger(), _LUA_LEVELS[index], f"lua: {msg}", script=str(self.script))
 
     def _log_error(self, msg: str) -> None:
         self._logger().error(f"lua: {msg}", script=str(self.script))

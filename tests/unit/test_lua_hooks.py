@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 from structlog.testing import capture_logs
 
 from scrun_py.errors import HookError
+from scrun_py.flags import LADDER
 from scrun_py.hooks.lua import (
     DEFAULT_LUA,
     HookContext,
@@ -31,6 +33,7 @@ from scrun_py.hooks.lua import (
     lupa_module_name,
 )
 from scrun_py.hooks.spec import SLURM_CONSTANTS
+from scrun_py.logs import LEVEL_KEY, LEVELS, Sinks, configure_structlog
 
 ROOT = Path(__file__).resolve().parents[2]
 NOOP_HOOKS = """
@@ -439,12 +442,38 @@ class TestLogging:
         with capture_logs() as logs:
             hooks.stage_in(make_ctx(tmp_path))
         assert [
-            ("info", "lua: a", None), ("debug", "lua: b", "debug"),
-            ("debug", "lua: c", "debug4"), ("debug", "lua: d=4", "verbose"),
+            ("info", "lua: a", "info"), ("debug", "lua: b", "debug"),
+            ("debug", "lua: c", "debug4"), ("info", "lua: d=4", "verbose"),
             ("debug", "lua: e", "debug3"), ("error", "lua: f", None),
             ("error", "lua: g007", None),
-        ] == [(e["log_level"], e["event"], e.get("lua_level")) for e in logs
+        ] == [(e["log_level"], e["event"], e.get(LEVEL_KEY)) for e in logs
               if e["event"].startswith("lua: ")]
+
+    @pytest.mark.parametrize(("call", "word"), [
+        ("slurm.log_info", "info"), ("slurm.log_verbose", "verbose"),
+        ("slurm.log_debug", "debug"), ("slurm.log_debug2", "debug2"),
+        ("slurm.log_debug3", "debug3"), ("slurm.log_debug4", "debug4"),
+    ])
+    def test_each_log_function_at_its_own_level(self, lua_script: LuaScript, tmp_path: Path,
+                                                call: str, word: str) -> None:
+        """Through the real sinks, slurm.log_<level> writes a record at exactly that level:
+        a --log file at that level gets it, one a step less verbose does not (issue 13.6)."""
+        got: dict[str, list[str]] = {}
+        for file_word in (word, LADDER[LADDER.index(word) - 1]):
+            log = tmp_path / f"{call}-{file_word}.log"
+            sinks = configure_structlog(Sinks(
+                stderr_level=LEVELS["quiet"], file_level=LEVELS[file_word],
+                syslog_level=LEVELS["quiet"], log_path=log, log_format="json"))
+            try:
+                assert sinks.log_path == log
+                hooks = hooks_returning(lua_script, f'{call}("m%d", 1) return 0')
+                hooks.stage_in(make_ctx(tmp_path))
+            finally:
+                structlog.reset_defaults()
+            records = [json.loads(line) for line in log.read_text().splitlines()] \
+                if log.exists() else []
+            got[file_word] = [r["level"] for r in records if r["msg"] == "lua: m1"]
+        assert {word: [word], LADDER[LADDER.index(word) - 1]: []} == got
 
     def test_script_field(self, lua_script: LuaScript, tmp_path: Path) -> None:
         """Log entries from the script carry the script path."""
