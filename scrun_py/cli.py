@@ -1,25 +1,28 @@
 """The click layer: global options before the verb, one thin function per verb.
 
+Every option comes from the table in flags.py (runc's, crun's and Slurm's scrun's);
+the ones that have no meaning for a Slurm job are accepted and logged at debug.
 `main()` owns the single fatal path: one line on stderr, one error record in --log.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 
-from scrun_py import version_text
+from scrun_py import flags, version_text
 from scrun_py.errors import NotSupported, ScrunError
 from scrun_py.logs import fatal_record
 from scrun_py.settings import Invocation
 
 VERSION_TEXT = version_text()
-UNSUPPORTED = ("exec", "pause", "resume", "ps", "update", "checkpoint", "restore", "events",
-               "list", "spec")
-_BOOL_WORDS = ("true", "false", "auto", "1", "0")
+UNSUPPORTED = tuple(v.name for v in flags.VERBS if not v.supported)
+PROG = "scrun-py"
+_CONTEXT = {"help_option_names": ["-h", "--help", "-?"]}
 
 
 def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
@@ -28,27 +31,86 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
         ctx.exit(0)
 
 
-@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--root", type=click.Path(path_type=Path, readable=False),
-              help="Directory for container state.")
-@click.option("--log", "log_path", type=click.Path(path_type=Path),
-              help="Append error records to this file.")
-@click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
-              show_default=True)
-@click.option("--debug", is_flag=True, help="Debug logging.")
-@click.option("-f", "--slurm-conf", type=click.Path(path_type=Path),
-              help="slurm.conf to use (oci.conf and scrun.lua are found next to it).")
-@click.option("-v", "verbosity", count=True,
-              help="More verbose; alone (without a command) prints the version, like runc.")
-@click.option("-V", "--version", is_flag=True, expose_value=False, is_eager=True,
-              callback=_print_version, help="Print the version.")
-@click.option("--rootless", hidden=True, help="(ignored: scrun-py is always rootless)")
-@click.option("--systemd-cgroup", is_flag=True, hidden=True, help="(ignored)")
-@click.option("--cgroup-manager", hidden=True, help="(ignored)")
+def _print_usage(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """Like crun's argp `--usage`: short usage on stdout, exit 0 (one verb's, after it)."""
+    if value and not ctx.resilient_parsing:
+        verb = ctx.command.name if ctx.parent is not None else None
+        click.echo(flags.usage_text(PROG, verb))
+        ctx.exit(0)
+
+
+def _option(flag: flags.Flag) -> click.Option:
+    """The click option for one row of flags.FLAGS."""
+    common: dict[str, Any] = {"help": flag.help, "hidden": flag.effect == "ignored"}
+    if flag.kind == "count":
+        return click.Option([*flag.names, flag.dest], count=True, **common)
+    if flag.value is None:
+        return click.Option([*flag.names, flag.dest], is_flag=True, **common)
+    kind: Any = {"int": int, "choice": click.Choice(list(flag.choices))}.get(flag.kind, str)
+    return click.Option([*flag.names, flag.dest], type=kind, metavar=flag.value,
+                        default=int(flag.default) if flag.kind == "int" and flag.default
+                        else flag.default,
+                        show_default=flag.default is not None and flag.kind != "int", **common)
+
+
+def _params(verb: str) -> list[click.Parameter]:
+    params: list[click.Parameter] = [_option(f) for f in flags.verb_flags(verb)]
+    params.append(click.Option(["--usage"], is_flag=True, expose_value=False, is_eager=True,
+                               callback=_print_usage, help="Print a short usage and exit."))
+    return params
+
+
+def _apply_table(inv: Invocation, verb: str, given: dict[str, Any]) -> None:
+    """Log each ignored flag that was given; refuse a default-only flag set otherwise."""
+    for flag in flags.verb_flags(verb):
+        value = given.get(flag.dest)
+        default: Any = int(flag.default) if flag.kind == "int" and flag.default else \
+            flag.default
+        if value in (None, False, default):
+            continue
+        where = f"{verb} " if verb else ""
+        if flag.effect == "ignored":
+            inv.note("debug", f"{where}{flag.names[-1]} ignored", flag=flag.names[-1],
+                     value=value)
+        elif flag.effect == "default-only":
+            raise click.UsageError(f"{where}{flag.names[-1]} {value}: only {flag.default} "
+                                   "is supported")
+    if given.get("preserve_fds"):
+        inv.note("warning", f"{verb} --preserve-fds {given['preserve_fds']} ignored: file "
+                 "descriptors cannot follow the container to a compute node")
+
+
+def _verb(name: str) -> Callable[[Callable[..., None]], click.Command]:
+    """Register `fn(inv, container_id?, **opts)` as verb `name` with the table's options."""
+
+    def register(fn: Callable[..., None]) -> click.Command:
+        info = flags.verb(name)
+        params = _params(name)
+        if "<container-id>" in info.args:
+            params.append(click.Argument(["container_id"]))
+        if "[signal]" in info.args:
+            params.append(click.Argument(["signal"], required=False))
+
+        @click.pass_obj
+        def callback(inv: Invocation, /, **opts: Any) -> None:
+            _apply_table(inv, name, opts)
+            fn(inv, **opts)
+
+        cmd = click.Command(name, callback=callback, params=params, help=info.help,
+                            context_settings=_CONTEXT)
+        scrun.add_command(cmd)
+        return cmd
+
+    return register
+
+
+@click.group(invoke_without_command=True, context_settings=_CONTEXT,
+             params=[*_params(""),
+                     click.Option(["-V", "--version"], is_flag=True, expose_value=False,
+                                  is_eager=True, callback=_print_version,
+                                  help="Print the version.")])
 @click.pass_context
-def scrun(ctx: click.Context, root: Path | None, log_path: Path | None, log_format: str,
-          debug: bool, slurm_conf: Path | None, verbosity: int, rootless: str | None,
-          systemd_cgroup: bool, cgroup_manager: str | None) -> None:
+def scrun(ctx: click.Context, /, **opts: Any) -> None:
     """Run OCI containers as Slurm jobs (a runc-compatible scrun).
 
     \b
@@ -56,123 +118,83 @@ def scrun(ctx: click.Context, root: Path | None, log_path: Path | None, log_form
       scrun-py --root /run/user/1000/scrun create --bundle ./bb --pid-file ./pid c1
       scrun-py --root /run/user/1000/scrun start c1
     """
-    ctx.obj = Invocation.resolve(root=root, log_path=log_path, log_format=log_format,
-                                 debug=debug, verbosity=verbosity, slurm_conf=slurm_conf)
+    ctx.obj = inv = Invocation.resolve(
+        root=opts["root"], log_path=opts["log_path"], log_format=opts["log_format"],
+        debug=opts["debug"], verbosity=opts["verbosity"], slurm_conf=opts["slurm_conf"],
+        log_level=opts["log_level"])
+    _apply_table(inv, "", opts)
     if ctx.invoked_subcommand is None:
-        if verbosity:
+        if opts["verbosity"]:
             click.echo(VERSION_TEXT)
             return
         raise click.UsageError("command not provided")
 
 
-@scrun.command()
-@click.option("-b", "--bundle", help="Path to the bundle (default: current directory).")
-@click.option("--pid-file", help="Write the container's process id (the anchor's) here.")
-@click.option("--console-socket", help="AF_UNIX socket that receives the pty master.")
-@click.option("--pidfd-socket", hidden=True, help="(ignored)")
-@click.option("--no-pivot", is_flag=True, hidden=True, help="(ignored)")
-@click.option("--no-new-keyring", is_flag=True, hidden=True, help="(ignored)")
-@click.option("--preserve-fds", type=int, default=0, hidden=True, help="(ignored)")
-@click.argument("container_id")
-@click.pass_obj
-def create(inv: Invocation, bundle: str | None, pid_file: str | None,
-           console_socket: str | None, pidfd_socket: str | None, no_pivot: bool,
-           no_new_keyring: bool, preserve_fds: int, container_id: str) -> None:
-    """Create a container: allocate its Slurm job and stage it in.
-
-    \b
-    EXAMPLE:
-      scrun-py create --bundle /path/to/bundle --pid-file /run/c1.pid c1
-    """
+@_verb("create")
+def _create(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | None,
+            console_socket: str | None, **_ignored: Any) -> None:
     from scrun_py.commands import create as verb
 
     verb.run(inv, container_id, bundle, pid_file, console_socket)
 
 
-@scrun.command()
-@click.argument("container_id")
-@click.pass_obj
-def start(inv: Invocation, container_id: str) -> None:
-    """Start a created container (launch its Slurm step)."""
+@_verb("start")
+def _start(inv: Invocation, container_id: str) -> None:
     from scrun_py.commands import start as verb
 
     verb.run(inv, container_id)
 
 
-@scrun.command()
-@click.argument("container_id")
-@click.pass_obj
-def state(inv: Invocation, container_id: str) -> None:
-    """Print the container's OCI state as one JSON line."""
+@_verb("state")
+def _state(inv: Invocation, container_id: str) -> None:
     from scrun_py.commands import state as verb
 
     verb.run(inv, container_id)
 
 
-@scrun.command()
-@click.option("-a", "--all", "all_", is_flag=True, help="(accepted; the whole job is signalled)")
-@click.argument("container_id")
-@click.argument("signal", required=False)
-@click.pass_obj
-def kill(inv: Invocation, all_: bool, container_id: str, signal: str | None) -> None:
-    """Send SIGNAL (default TERM; number or name, SIG optional) to the container."""
+@_verb("kill")
+def _kill(inv: Invocation, container_id: str, signal: str | None, regex: bool,
+          **_ignored: Any) -> None:
     from scrun_py.commands import kill as verb
 
-    verb.run(inv, container_id, signal)
+    if regex:
+        verb.run_matching(inv, container_id, signal)
+    else:
+        verb.run(inv, container_id, signal)
 
 
-@scrun.command()
-@click.option("-f", "--force", is_flag=True, help="Kill the container if it is running.")
-@click.argument("container_id")
-@click.pass_obj
-def delete(inv: Invocation, force: bool, container_id: str) -> None:
-    """Delete a container: end its job and remove its state."""
+@_verb("delete")
+def _delete(inv: Invocation, container_id: str, force: bool, regex: bool) -> None:
     from scrun_py.commands import delete as verb
 
-    verb.run(inv, container_id, force)
+    if regex:
+        verb.run_matching(inv, container_id, force)
+    else:
+        verb.run(inv, container_id, force)
 
 
-@scrun.command()
-def features() -> None:
-    """Print the runtime features JSON."""
+@_verb("features")
+def _features(inv: Invocation) -> None:
     from scrun_py.commands import features as verb
 
     verb.run()
 
 
-@scrun.command()
-@click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
-@click.pass_obj
-def doctor(inv: Invocation, as_json: bool) -> None:
-    """Check everything a site needs (Slurm, munge, oci.conf, scrun.lua, runtime, …)."""
+@_verb("doctor")
+def _doctor(inv: Invocation, as_json: bool) -> None:
     from scrun_py.commands import doctor as verb
 
     verb.run(inv, as_json)
 
 
-@scrun.command()
-def version() -> None:
-    """Print the version."""
+@_verb("version")
+def _version(inv: Invocation) -> None:
     click.echo(VERSION_TEXT)
 
 
-@scrun.command("run")
-@click.option("-b", "--bundle")
-@click.option("--pid-file")
-@click.option("--console-socket")
-@click.option("-d", "--detach", is_flag=True)
-@click.option("--keep", is_flag=True)
-@click.option("--no-pivot", is_flag=True, hidden=True)
-@click.option("--no-new-keyring", is_flag=True, hidden=True)
-@click.option("--no-subreaper", is_flag=True, hidden=True)
-@click.option("--preserve-fds", type=int, default=0, hidden=True)
-@click.argument("container_id")
-@click.pass_obj
-def run_cmd(inv: Invocation, bundle: str | None, pid_file: str | None,
-            console_socket: str | None, detach: bool, keep: bool, no_pivot: bool,
-            no_new_keyring: bool, no_subreaper: bool, preserve_fds: int,
-            container_id: str) -> None:
-    """Create and start a container, wait for it, exit with its exit code."""
+@_verb("run")
+def _run(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | None,
+         console_socket: str | None, detach: bool, keep: bool, **_ignored: Any) -> None:
     from scrun_py.commands import run as verb
 
     sys.exit(verb.run(inv, container_id, bundle, pid_file, console_socket, detach, keep))
@@ -187,8 +209,8 @@ def _unsupported(name: str) -> click.Command:
     return cmd
 
 
-for _verb in UNSUPPORTED:
-    scrun.add_command(_unsupported(_verb))
+for _name in UNSUPPORTED:
+    scrun.add_command(_unsupported(_name))
 
 
 def _normalize(argv: list[str]) -> list[str]:
@@ -196,7 +218,8 @@ def _normalize(argv: list[str]) -> list[str]:
     out: list[str] = []
     for i, arg in enumerate(argv):
         out.append(arg)
-        if arg == "--rootless" and (i + 1 >= len(argv) or argv[i + 1] not in _BOOL_WORDS):
+        if arg == "--rootless" and (i + 1 >= len(argv) or
+                                    argv[i + 1] not in flags.ROOTLESS_VALUES):
             out.append("auto")
     return out
 
@@ -222,7 +245,7 @@ def _log_target(argv: list[str]) -> tuple[Path | None, str]:
 def main(argv: list[str] | None = None) -> NoReturn:
     args = _normalize(list(sys.argv[1:] if argv is None else argv))
     try:
-        scrun.main(args=args, prog_name="scrun-py", standalone_mode=False)
+        scrun.main(args=args, prog_name=PROG, standalone_mode=False)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.Abort:

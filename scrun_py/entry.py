@@ -13,6 +13,7 @@ delays the engine, which waits for us.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import NoReturn
 
 _VERSION_ARGV = (["--version"], ["-v"], ["-V"], ["version"])
@@ -27,12 +28,14 @@ def _fast_call(argv: list[str]) -> dict[str, str] | None:
 
     Globals: --root, --log, --log-format, -f/--slurm-conf (each at most once, with a
     value) and the ignored flag --systemd-cgroup.  Returns {'verb', 'id', 'force',
-    '--root', ...}, or None for anything else.
+    '--root', ..., 'ignored'}, or None for anything else.
     """
     opts: dict[str, str] = {}
+    ignored: list[str] = []
     i = 0
     while i < len(argv) and argv[i].startswith("-"):
         if argv[i] in _FLAG_GLOBALS:
+            ignored.append(argv[i])
             i += 1
             continue
         name, eq, value = argv[i].partition("=")
@@ -57,7 +60,10 @@ def _fast_call(argv: list[str]) -> dict[str, str] | None:
         return None
     if opts.get("--log-format", "text") not in ("text", "json"):
         return None
-    return {**opts, "verb": verb, "id": args[0], "force": "1" if force else ""}
+    call = {**opts, "verb": verb, "id": args[0], "force": "1" if force else ""}
+    if ignored:
+        call["ignored"] = " ".join(ignored)
+    return call
 
 
 def _exit(code: int) -> NoReturn:
@@ -72,29 +78,47 @@ def _exit(code: int) -> NoReturn:
 
 
 def _run_fast(call: dict[str, str]) -> int:
+    """Run the verb; every failure is one line on stderr and one record in --log, as
+    through click (cli.main), including errors nobody expected."""
     from scrun_py.errors import ScrunError
     from scrun_py.logs import fatal_record
+
+    log_path = call.get("--log")
+    log_format = call.get("--log-format", "text")
+    try:
+        return _dispatch(call)
+    except ScrunError as exc:
+        fatal_record(str(exc), Path(log_path) if log_path else None, log_format)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        fatal_record("interrupted", Path(log_path) if log_path else None, log_format)
+        return 130
+    except Exception as exc:  # never a bare traceback as the only output
+        fatal_record(f"internal error: {exc!r}", Path(log_path) if log_path else None,
+                     log_format)
+        return 1
+
+
+def _dispatch(call: dict[str, str]) -> int:
     from scrun_py.settings import Invocation
 
     inv = Invocation.resolve(root=call.get("--root"), log_path=call.get("--log"),
                              log_format=call.get("--log-format", "text"),
                              slurm_conf=call.get("-f"))
-    try:
-        if call["verb"] == "state":
-            from scrun_py.commands import state
+    for flag in call.get("ignored", "").split():
+        inv.note("debug", f"{flag} ignored", flag=flag, value=True)
+    if call["verb"] == "state":
+        from scrun_py.commands import state
 
-            state.run(inv, call["id"])
-        elif call["verb"] == "start":
-            from scrun_py.commands import start
+        state.run(inv, call["id"])
+    elif call["verb"] == "start":
+        from scrun_py.commands import start
 
-            start.run(inv, call["id"])
-        else:
-            from scrun_py.commands import delete
+        start.run(inv, call["id"])
+    else:
+        from scrun_py.commands import delete
 
-            delete.run(inv, call["id"], bool(call["force"]))
-    except ScrunError as exc:
-        fatal_record(str(exc), inv.log_path, inv.log_format)
-        return exc.exit_code
+        delete.run(inv, call["id"], bool(call["force"]))
     return 0
 
 

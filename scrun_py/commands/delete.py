@@ -6,7 +6,12 @@ import time
 from pathlib import Path
 
 from scrun_py import audit, client, spool, store
-from scrun_py.errors import AnchorUnreachable, ContainerNotFound, ContainerStillRunning
+from scrun_py.errors import (
+    AnchorUnreachable,
+    ContainerNotFound,
+    ContainerStillRunning,
+    ScrunError,
+)
 from scrun_py.settings import Invocation
 from scrun_py.status import Status
 
@@ -41,6 +46,16 @@ def run(inv: Invocation, container_id: str, force: bool) -> None:
     spool.remove_tree(cdir)
     audit.emit(inv.slurm_conf_path(), "delete", container_id=container_id,
                job_id=record.job_id or None, bundle=record.bundle, force=force)
+
+
+def run_matching(inv: Invocation, pattern: str, force: bool) -> None:
+    """crun's `delete --regex`: delete every container whose id matches; a container
+    that fails is a warning on stderr, not a failure of the command."""
+    for container_id in spool.matching_ids(inv.root, pattern):
+        try:
+            run(inv, container_id, force)
+        except ScrunError as exc:
+            inv.note("warning", f"delete {container_id}: {exc}", container_id=container_id)
 
 
 def _wait_anchor_exit(record: store.ContainerRecord) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from scrun_py.entry import _fast_call
+from scrun_py.entry import _fast_call, _run_fast
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -31,7 +31,7 @@ class TestFastCallParsing:
          {"-f": "/c/slurm.conf", "--root": "/r", "--log": "/l", "--log-format": "json",
           "verb": "start", "id": "c1", "force": ""}),
         (["--slurm-conf=/c", "--systemd-cgroup", "delete", "c1"],
-         {"-f": "/c", "verb": "delete", "id": "c1", "force": ""}),
+         {"-f": "/c", "verb": "delete", "id": "c1", "force": "", "ignored": "--systemd-cgroup"}),
         (["-f", "/c", "delete", "--force", "c1"],
          {"-f": "/c", "verb": "delete", "id": "c1", "force": "1"}),
         (["delete", "-f", "c1"], {"verb": "delete", "id": "c1", "force": "1"}),
@@ -79,3 +79,61 @@ class TestFastPathOutput:
         assert "scrun-py: container does not exist\n" == res.stderr
         record = json.loads(log.read_text())
         assert ("error", "container does not exist") == (record["level"], record["msg"])
+
+
+class TestFastPathFailures:
+    """An unexpected error on the click-free path ends like it does through click: one
+    line on stderr, one error record in --log, exit 1, no traceback (issue 13.5)."""
+
+    @pytest.mark.parametrize("verb", [["state"], ["start"], ["delete"], ["delete", "--force"]])
+    def test_state_json_is_a_directory(self, tmp_path: Path, verb: list[str]) -> None:
+        """state.json a directory: `internal error: …`, the same as through click."""
+        (tmp_path / "c1" / "state.json").mkdir(parents=True)
+        log = tmp_path / "log.json"
+        fast = _run("--root", str(tmp_path), "--log", str(log), "--log-format", "json",
+                    *verb, "c1")
+        assert _fast_call(["--root", "r", *verb, "c1"]) is not None
+        assert 1 == fast.returncode
+        assert 1 == len(fast.stderr.splitlines())
+        assert fast.stderr.startswith("scrun-py: internal error: IsADirectoryError(")
+        assert "Traceback" not in fast.stderr
+        record = json.loads(log.read_text())
+        assert ("error", fast.stderr.strip().removeprefix("scrun-py: ")) == (
+            record["level"], record["msg"])
+        slow = _run("--debug", "--root", str(tmp_path), *verb, "c1")
+        assert (slow.returncode, slow.stderr) == (fast.returncode, fast.stderr)
+
+    def test_unexpected_exception_in_process(self, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+        """Whatever the verb raises, _run_fast returns 1 and writes the record."""
+        from unittest import mock
+
+        log = tmp_path / "log.txt"
+        call = _fast_call(["--root", str(tmp_path), "--log", str(log), "state", "c1"])
+        assert call is not None
+        with mock.patch("scrun_py.commands.state.run", side_effect=RuntimeError("boom")):
+            assert 1 == _run_fast(call)
+        assert "scrun-py: internal error: RuntimeError('boom')\n" == capsys.readouterr().err
+        assert 'level=error msg="internal error: RuntimeError(\'boom\')"' in log.read_text()
+
+    def test_interrupted(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """Ctrl-C on the fast path: `interrupted`, exit 130, like click's path."""
+        from unittest import mock
+
+        call = _fast_call(["--root", str(tmp_path), "start", "c1"])
+        assert call is not None
+        with mock.patch("scrun_py.commands.start.run", side_effect=KeyboardInterrupt):
+            assert 130 == _run_fast(call)
+        assert "scrun-py: interrupted\n" == capsys.readouterr().err
+
+    def test_ignored_flag_logged(self, tmp_path: Path) -> None:
+        """--systemd-cgroup on the fast path is recorded at debug, as through click."""
+        log = tmp_path / "log.json"
+        res = subprocess.run(
+            [sys.executable, "-m", "scrun_py", "--root", str(tmp_path), "--log", str(log),
+             "--log-format", "json", "--systemd-cgroup", "delete", "--force", "ghost"],
+            capture_output=True, text=True, timeout=60, check=False,
+            env={"SCRUN_FILE_DEBUG": "debug"})
+        assert (0, "") == (res.returncode, res.stderr)
+        record = json.loads(log.read_text())
+        assert ("debug", "--systemd-cgroup ignored") == (record["level"], record["msg"])
