@@ -35,6 +35,23 @@ def validate_id(container_id: str) -> str:
     return container_id
 
 
+def matching_ids(root: Path, pattern: str) -> list[str]:
+    """Ids of the containers under `root` that the regular expression `pattern` matches
+    anywhere (crun's `--regex`, which uses POSIX regexec), sorted."""
+    try:
+        regex = re.compile(pattern)
+    except re.error as exc:
+        raise ScrunError(f"invalid regular expression {pattern!r}: {exc.msg}") from None
+    try:
+        names = [e.name for e in os.scandir(root) if e.is_dir(follow_symlinks=False)]
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise ScrunError(f"cannot list {root}: {exc.strerror}") from None
+    return sorted(n for n in names if _ID_RE.fullmatch(n) and n not in (".", "..")
+                  and regex.search(n))
+
+
 def container_dir(root: Path, container_id: str) -> Path:
     return root / validate_id(container_id)
 
@@ -65,30 +82,37 @@ def make_container_dir(root: Path, container_id: str) -> Path:
     return path
 
 
-def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
+def write_atomic(path: Path, data: bytes, mode: int = 0o600, *, lock: bool = False) -> None:
     """Write a file by rename so readers never see a partial file.
 
     The temporary name is created with O_EXCL|O_NOFOLLOW, and rename replaces
-    a symlink planted at `path` instead of following it (runc's pid file).
+    a symlink planted at `path` instead of following it (runc's pid file).  With
+    `lock`, an fcntl write lock is held on the new file from before its content is
+    written until it has replaced `path`.
     """
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     try:
+        if lock:
+            import fcntl
+
+            fcntl.lockf(fd, fcntl.LOCK_EX)
         os.write(fd, data)
-    finally:
-        os.close(fd)
-    try:
         os.rename(tmp, path)
     except OSError:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    finally:
+        os.close(fd)
 
 
 def write_pid_file(path: Path, pid: int) -> None:
-    """Bare decimal pid, no newline, written atomically (go-runc uses strict Atoi)."""
+    """Bare decimal pid, no newline (go-runc uses strict Atoi), written atomically and
+    locked while written, as Slurm's scrun does: a reader that takes a read lock on the
+    file waits until the write is complete."""
     try:
-        write_atomic(path, str(pid).encode(), 0o644)
+        write_atomic(path, str(pid).encode(), 0o644, lock=True)
     except OSError as exc:
         raise ScrunError(f"cannot write pid file {path}: {exc.strerror}") from exc
 
