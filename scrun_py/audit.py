@@ -60,7 +60,7 @@ def detect_engine() -> str:
 def record(settings: AuditSettings, event: str, *, container_id: str, **fields: Any) -> None:
     if not settings.enabled:
         return
-    from scrun_py.logs import append_line, rfc3339_now
+    from scrun_py.logs import append_line, rfc3339_now, syslog_send
 
     uid = os.getuid()
     rec = {"time": rfc3339_now(), "event": event, "user": procs.user_name(uid), "uid": uid,
@@ -74,8 +74,7 @@ def record(settings: AuditSettings, event: str, *, container_id: str, **fields: 
     if settings.syslog:
         import syslog
 
-        syslog.openlog("scrun-py", syslog.LOG_PID, syslog.LOG_USER)
-        syslog.syslog(syslog.LOG_NOTICE, line)
+        syslog_send(syslog.LOG_NOTICE, line)
 
 
 def emit(slurm_conf: Path, event: str, *, container_id: str, **fields: Any) -> None:

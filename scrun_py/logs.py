@@ -146,8 +146,15 @@ def syslog_line(word: str, line: str) -> None:
     """Send one line to syslog at the priority of level `word` (flags.LEVELS)."""
     import syslog
 
+    syslog_send(getattr(syslog, flags.level(word).syslog), line)
+
+
+def syslog_send(priority: int, line: str) -> None:
+    """Send one line to syslog at `priority`, through the one per-process opening."""
+    import syslog
+
     _open_syslog()
-    syslog.syslog(getattr(syslog, flags.level(word).syslog), line)
+    syslog.syslog(priority, line)
 
 
 @functools.cache

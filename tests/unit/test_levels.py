@@ -238,11 +238,15 @@ class TestSinks:
 
     def test_syslog_opened_once_with_one_facility(self,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-        """However many records and sinks, openlog runs once per process, LOG_USER."""
+        """However many records, sinks and audit records, openlog runs once per process,
+        with LOG_USER; the audit trail keeps its own priority (notice)."""
         import syslog
 
+        from scrun_py import audit
+
         opened: list[tuple[Any, ...]] = []
-        monkeypatch.setattr(syslog, "syslog", lambda *a: None)
+        sent: list[int] = []
+        monkeypatch.setattr(syslog, "syslog", lambda prio, _line: sent.append(prio))
         monkeypatch.setattr(syslog, "openlog", lambda *a: opened.append(a))
         logs._open_syslog.cache_clear()
         try:
@@ -250,10 +254,13 @@ class TestSinks:
                 sinks = sinks_for({"stderr": 100, "file": 100, "syslog": 6})
                 sinks.emit("error", "a")
                 sinks.emit("debug5", "b")
+                audit.record(audit.AuditSettings(syslog=True), "kill", container_id="c1")
             logs.syslog_line("info", "c")
         finally:
             logs._open_syslog.cache_clear()
         assert [("scrun-py", syslog.LOG_PID, syslog.LOG_USER)] == opened
+        assert [syslog.LOG_ERR, syslog.LOG_DEBUG, syslog.LOG_NOTICE] * 2 + [
+            syslog.LOG_INFO] == sent
 
     def test_structlog_configured_once(self, fresh_structlog: None, tmp_path: Path) -> None:
         """A second configure keeps structlog's setup and moves the new levels into the
