@@ -375,6 +375,16 @@ class TestSupportedBy:
         assert ["RunTimeDelete: %Z unknown to slurm 25.11 (added in 26.05)"] == (
             conf.supported_by((25, 11)))
 
+    def test_debug_flags_has_no_effect(self) -> None:
+        """DebugFlags is accepted but applies to nothing in scrun-py: reported on every
+        release that knows the key (issue 13.6)."""
+        conf = parse_oci_conf(RUN + "DebugFlags=Steps,Network\n")
+        assert "Steps,Network" == conf.debug_flags
+        note = ("DebugFlags: has no effect in scrun-py (its anchor runs no Slurm code "
+                "in-process; salloc and srun follow slurm.conf's DebugFlags or "
+                "SLURM_DEBUG_FLAGS)")
+        assert ([note], [note]) == (conf.supported_by((23, 2)), conf.supported_by((26, 5)))
+
     def test_escaped_percent_is_not_a_token(self) -> None:
         """``%%U`` is a literal, not the 23.02 ``%U`` token."""
         assert [] == parse_oci_conf(RUN + 'RunTimeDelete="echo %%U"\n').supported_by((22, 5))
