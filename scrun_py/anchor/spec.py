@@ -71,7 +71,6 @@ class RuntimeSettings:
 class AnchorSpec:
     container_id: str
     root: str
-    bundle: str
     orig_bundle: str
     pid_file: str
     console_socket: str

@@ -1,8 +1,9 @@
 """The container lifecycle as one table: (phase, event) → (next phase, action).  Pure.
 
 `anchor/lifecycle.py` is the only code that moves between phases, and only through
-`TABLE`.  A pair missing from the table cannot happen (e.g. LAUNCHED while CREATED);
-the lifecycle logs it and changes nothing.
+`TABLE`.  A pair missing from the table cannot happen (e.g. LAUNCHED while CREATED, or
+TIME_LIMIT once stopped: the cleanup cancels the watches); the lifecycle logs it and
+changes nothing.
 
 Phases are finer than the OCI status in state.json: STARTING still reads `created`
 (the step is being launched) and STOPPING keeps the status it had until the cleanup
@@ -141,9 +142,7 @@ TABLE: dict[tuple[Phase, Event], Transition] = {
            KILL_HARMLESS=(P.STOPPED, A.REFUSE_NOT_RUNNING),
            DELETE=(P.STOPPED, A.NONE),
            DELETE_FORCE=(P.STOPPED, A.NONE),
-           ANCHOR_SIGNAL=(P.STOPPED, A.NONE),
-           JOB_ENDED=(P.STOPPED, A.NONE),
-           TIME_LIMIT=(P.STOPPED, A.NONE)),
+           ANCHOR_SIGNAL=(P.STOPPED, A.NONE)),
 }
 
 # Signals whose default action ends a process: a created (not yet started) container

@@ -88,7 +88,7 @@ def _create(inv: Invocation, container_id: str, bundle: str | None, pid_file: st
     cdir = spool.make_container_dir(inv.root, container_id)
     read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
     spec = AnchorSpec(
-        container_id=container_id, root=str(inv.root), bundle=bundle_path,
+        container_id=container_id, root=str(inv.root),
         orig_bundle=os.path.abspath(bundle) if bundle else "", pid_file=pid_path,
         console_socket=os.path.abspath(console_socket) if console_socket else "",
         log_path=str(inv.log_path) if inv.log_path else "", log_format=inv.log_format,

@@ -1,0 +1,183 @@
+"""A Lifecycle wired to the fake Slurm backend and fake hooks, in a temporary --root,
+with helpers to drive it into each phase and to fire each event the real way."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+from scrun_py import spool
+from scrun_py.anchor.container import Container
+from scrun_py.anchor.lifecycle import Ev, Lifecycle
+from scrun_py.anchor.spec import AnchorSpec, BundleInfo, ConfigInfo, ProcessInfo
+from scrun_py.anchor.table import Event, Phase
+from scrun_py.errors import AllocationFailed, ScrunError, StepLaunchFailed
+from scrun_py.slurm.options import JobOptions
+from tests.unit.fake_slurm import FakeHooks, FakeSlurm
+
+CID = "c1"
+TIMEOUT_S = 5.0
+
+
+class Harness:
+    def __init__(self, tmp: Path, environ: dict[str, str] | None = None) -> None:
+        self.root = tmp / "root"
+        spool.ensure_root(self.root)
+        self.dir = spool.make_container_dir(self.root, CID)
+        bundle = tmp / "bundle"
+        (bundle / "rootfs").mkdir(parents=True)
+        self.pid_file = tmp / "c1.pid"
+        spec = AnchorSpec(
+            container_id=CID, root=str(self.root), orig_bundle=str(bundle),
+            pid_file=str(self.pid_file), console_socket="", log_path="", log_format="json",
+            debug=False, verbosity=0, slurm_conf=str(tmp / "slurm.conf"), ready_fd=-1,
+            created="2026-12-01T00:00:00.000000000Z")
+        info = BundleInfo(path=bundle, rootfs=bundle / "rootfs",
+                          config=ConfigInfo(ociVersion="1.0.2",
+                                            process=ProcessInfo(args=["true"])))
+        self.fake = FakeSlurm()
+        self.hooks = FakeHooks()
+        self.box = Container(spec, info, self.hooks, dict(environ or {}))
+        self.lc = Lifecycle(self.box, self.fake, JobOptions(alloc=["-p", "debug"]), None)
+        self.results: list[Any] = []  # what background requests returned or raised
+
+    # ---- observing ---------------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads((self.dir / spool.STATE_FILE).read_text())
+        return data
+
+    def took(self, phase: Phase, event: Event) -> bool:
+        return any(p is phase and e is event for p, e, _ in self.lc.trace)
+
+    async def until(self, cond: Callable[[], bool], what: str = "") -> None:
+        deadline = time.monotonic() + TIMEOUT_S
+        while not cond():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what or cond}; "
+                                     f"phase {self.lc.phase}, trace {self.lc.trace}")
+            await asyncio.sleep(0.001)
+
+    def bg(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[None]:
+        """Run a request in the background; keep its result or ScrunError."""
+        async def run() -> None:
+            try:
+                self.results.append(await work)
+            except ScrunError as exc:
+                self.results.append(exc)
+
+        return asyncio.create_task(run())
+
+    # ---- driving -----------------------------------------------------------------------------
+    async def created(self) -> None:
+        assert await self.lc.create() is None
+
+    async def drive(self, phase: Phase, event: Event | None = None) -> None:
+        """Bring the lifecycle into `phase` (the way depends on the event to come)."""
+        lc, fake = self.lc, self.fake
+        start = len(lc.trace)
+        if phase is Phase.CREATING and event is Event.JOB_ENDED:
+            self.hooks.hang.add("stage_in")  # the job is watched once allocated
+            self.bg(lc.create())
+            await self.until(lambda: "stage_in" in self.hooks.calls, "stage_in")
+        elif phase is Phase.CREATING:
+            fake.hold("allocate")
+            self.bg(lc.create())
+            await self.until(lambda: "allocate" in fake.names(), "allocation")
+        elif phase is Phase.CREATED:
+            await self.created()
+        elif phase is Phase.STARTING:
+            await self.created()
+            fake.hold("launch_step")
+            self.bg(lc.start())
+            await self.until(lambda: "launch_step" in fake.names(), "launch")
+        elif phase is Phase.RUNNING:
+            await self.created()
+            assert fake.job_id == await lc.start()
+        elif phase is Phase.STOPPING and event is Event.STEP_EXITED:
+            await self.drive(Phase.RUNNING)
+            fake.ignore_signals = True
+            self.signal_anchor()
+        elif phase is Phase.STOPPING and event is Event.CREATE_FAILED:
+            await self.drive(Phase.CREATING)
+            self.bg(lc.kill(15))
+        elif phase is Phase.STOPPING and event is Event.CLEANED:
+            await self.created()
+            fake.hold("release")
+            self.bg(lc.kill(15))
+        elif phase is Phase.STOPPING:
+            await self.drive(Phase.STARTING)  # the launch is held: nothing ends yet
+            self.bg(lc.kill(15))
+        elif phase is Phase.STOPPED:
+            await self.created()
+            await lc.kill(15)
+            await lc.wait_stopped()
+        await self.until(lambda: lc.phase is phase or any(
+            nxt is phase for _, _, nxt in lc.trace[start:]), f"phase {phase}")
+
+    def signal_anchor(self, sig: int = 15) -> None:
+        self.lc.post(Ev(Event.ANCHOR_SIGNAL, code=128 + sig, sig=sig,
+                        reason=f"anchor signal {sig}"))
+
+    def trigger(self, event: Event) -> None:
+        """Make `event` happen the way it happens in the anchor."""
+        lc, fake = self.lc, self.fake
+        if event is Event.CREATED_OK:
+            if lc.phase is Phase.CREATING:
+                fake.open("allocate")
+            else:  # only a race with a stop request gets here: fire it as the race would
+                lc.fire(Ev(Event.CREATED_OK))
+        elif event is Event.CREATE_FAILED:
+            if lc.phase is Phase.CREATING:
+                fake.fail["allocate"] = AllocationFailed("job allocation failed: no")
+                fake.open("allocate")
+            # else: the interrupted create reports it by itself
+        elif event is Event.START:
+            self.bg(lc.start())
+        elif event is Event.LAUNCHED:
+            fake.open("launch_step")
+        elif event is Event.LAUNCH_FAILED:
+            fake.fail["launch_step"] = StepLaunchFailed("cannot run srun: no such file")
+            fake.open("launch_step")
+        elif event is Event.STEP_EXITED:
+            assert fake.step is not None
+            fake.step.exit(0)
+        elif event is Event.JOB_ENDED:
+            fake.ended.set()
+        elif event is Event.KILL:
+            self.bg(lc.kill(15))
+        elif event is Event.KILL_HARMLESS:
+            self.bg(lc.kill(28))  # WINCH
+        elif event in (Event.DELETE, Event.DELETE_FORCE):
+            self.bg(lc.delete(event is Event.DELETE_FORCE))
+        elif event is Event.ANCHOR_SIGNAL:
+            self.signal_anchor()
+        elif event is Event.TIME_LIMIT:  # the timer itself: test_time_limit_*
+            lc.fire(Ev(Event.TIME_LIMIT, code=143, reason="time limit reached"))
+        elif event is Event.CLEANED:
+            fake.open("release")
+
+    async def finish(self) -> int:
+        """Let everything end; the lifecycle must reach STOPPED from wherever it is."""
+        lc, fake = self.lc, self.fake
+        fake.fail.clear()
+        fake.ignore_signals = False
+        self.hooks.release.set()
+        for gate in list(fake.gates):
+            fake.open(gate)
+        deadline = time.monotonic() + TIMEOUT_S
+        while lc.phase is not Phase.STOPPED:
+            assert time.monotonic() < deadline, f"stuck in {lc.phase}: {lc.trace}"
+            if lc.phase is Phase.CREATED:
+                self.bg(lc.kill(9))
+            elif fake.step is not None and fake.step.returncode is None:
+                fake.step.exit(0)
+            await asyncio.sleep(0.005)
+        return await lc.wait_stopped()
+
+
+def run(test: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    asyncio.run(asyncio.wait_for(test(), 20))

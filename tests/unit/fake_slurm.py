@@ -1,0 +1,153 @@
+"""An in-process Slurm backend for the anchor's unit tests (the contract of
+scrun_py.slurm.backend.SlurmBackend), and hooks whose behaviour a test chooses.
+
+Calls are recorded in `calls`; `hold(name)` makes the call `name` wait until
+`open(name)`; `fail[name]` makes it raise.  The container step is a `FakeStep` that
+exits when a test says so, or on a signal whose default action ends a process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from scrun_py.anchor.table import FATAL_BY_DEFAULT
+from scrun_py.hooks.lua import HookContext
+from scrun_py.slurm.backend import Allocation, JobInfo, StepRequest
+
+
+class FakeStep:
+    def __init__(self) -> None:
+        self.pid = 4242
+        self.returncode: int | None = None
+        self._done = asyncio.Event()
+
+    async def wait(self) -> int:
+        await self._done.wait()
+        assert self.returncode is not None
+        return self.returncode
+
+    def exit(self, returncode: int) -> None:
+        if self.returncode is None:
+            self.returncode = returncode
+            self._done.set()
+
+    def kill(self) -> None:
+        self.exit(-9)
+
+
+class FakeSlurm:
+    def __init__(self, job_id: int = 77) -> None:
+        self.job_id = job_id
+        self.calls: list[tuple[Any, ...]] = []
+        self.fail: dict[str, BaseException] = {}
+        self.gates: dict[str, asyncio.Event] = {}
+        self.ended = asyncio.Event()  # the allocation ended (release, or a test)
+        self.revoked_flag = False
+        self.end_time: float | None = None  # the job's time limit, as epoch seconds
+        self.owner: tuple[int, int] | None = None
+        self.ignore_signals = False  # the step survives every signal
+        self.step: FakeStep | None = None
+        self.launches: list[StepRequest] = []
+
+    # ---- test controls -------------------------------------------------------------------
+    def hold(self, name: str) -> None:
+        self.gates[name] = asyncio.Event()
+
+    def open(self, name: str) -> None:
+        self.gates.setdefault(name, asyncio.Event()).set()
+
+    def names(self) -> list[str]:
+        return [c[0] for c in self.calls]
+
+    async def _call(self, name: str, *args: Any) -> None:
+        self.calls.append((name, *args))
+        gate = self.gates.get(name)
+        if gate is not None:
+            await gate.wait()
+        if name in self.fail:
+            raise self.fail[name]
+
+    # ---- SlurmBackend --------------------------------------------------------------------
+    async def allocate(self, opts: Sequence[str], env: dict[str, str],
+                       on_job_id: Callable[[int], None], timeout_s: float | None) -> Allocation:
+        on_job_id(self.job_id)
+        await self._call("allocate", tuple(opts))
+        return Allocation(job_id=self.job_id, env={"SLURM_JOB_ID": str(self.job_id)},
+                          owned=True)
+
+    async def attach(self, job_id: int, env: dict[str, str]) -> Allocation:
+        await self._call("attach", job_id)
+        return Allocation(job_id=job_id, env=dict(env), owned=False)
+
+    async def wait_ended(self, alloc: Allocation) -> None:
+        if not alloc.owned:
+            await asyncio.Event().wait()
+        await self.ended.wait()
+
+    def revoked(self, alloc: Allocation) -> bool:
+        return self.revoked_flag
+
+    async def job_info(self, job_id: int) -> JobInfo | None:
+        await self._call("job_info", job_id)
+        uid, gid = self.owner or (None, None)
+        return JobInfo(end_time=self.end_time, uid=uid, gid=gid)
+
+    async def launch_step(self, req: StepRequest) -> FakeStep:
+        self.launches.append(req)
+        await self._call("launch_step", req.job_id)
+        self.step = FakeStep()
+        return self.step
+
+    async def step_id(self, job_id: int, alive: Callable[[], bool]) -> int | None:
+        return 0
+
+    async def signal(self, job_id: int, step_id: int | None, sig: int, env: dict[str, str],
+                     alive: Callable[[], bool]) -> None:
+        await self._call("signal", sig)
+        if self.step is not None and not self.ignore_signals and sig in FATAL_BY_DEFAULT:
+            self.step.exit(-sig)
+
+    def kill_argv(self, job_id: int, step_id: int) -> list[str] | None:
+        return ["kill-container", str(job_id), str(step_id)]
+
+    def command_argv(self, job_id: int, command: str) -> list[str]:
+        return ["on-nodes", str(job_id), command]
+
+    async def cancel(self, job_id: int, step_id: int | None = None) -> None:
+        await self._call("cancel", job_id, step_id)
+
+    async def release(self, alloc: Allocation, exit_code: int, timeout_s: float) -> None:
+        await self._call("release", exit_code)
+        self.ended.set()
+
+
+class FakeHooks:
+    """stage_in/stage_out that record their calls, and fail or hang when told to."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.fail: dict[str, Exception] = {}
+        self.hang: set[str] = set()
+        self.release = threading.Event()  # lets a hanging hook return (test teardown)
+        self.closed = False
+
+    def _run(self, name: str) -> None:
+        self.calls.append(name)
+        if name in self.hang:
+            self.release.wait(30)
+        if name in self.fail:
+            raise self.fail[name]
+
+    def stage_in(self, ctx: HookContext) -> None:
+        self._run("stage_in")
+        ctx.bundle = ctx.bundle + "/staged"
+
+    def stage_out(self, ctx: HookContext) -> int | None:
+        self._run("stage_out")
+        return 0
+
+    def close(self) -> None:
+        self.closed = True

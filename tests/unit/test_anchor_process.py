@@ -1,0 +1,153 @@
+"""The anchor process end to end in-process: `_amain` with the fake Slurm backend, the
+readiness pipe, the control socket (through the real client) and its signal handlers."""
+
+# Expected value first, as everywhere in our tests (hence SIM300 is off for tests/).
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scrun_py import client, logs, spool
+from scrun_py.anchor import __main__ as anchor_main
+from scrun_py.anchor import readiness
+from scrun_py.anchor.spec import AnchorSpec, BundleInfo, ConfigInfo, ProcessInfo
+from scrun_py.errors import AllocationFailed, ContainerStillRunning, ProtocolError
+from scrun_py.slurm import cli_backend
+from tests.unit.fake_slurm import FakeSlurm
+
+CID = "c1"
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
+    backend = FakeSlurm()
+    monkeypatch.setattr(cli_backend, "CliSlurm", lambda **_kw: backend)
+    monkeypatch.setattr(logs, "configure_structlog", lambda *_a, **_kw: None)
+    for var in ("SLURM_JOB_ID", "SCRUN_PY_LUA", "SCRUN_PY_ALLOC_TIMEOUT"):
+        monkeypatch.delenv(var, raising=False)
+    return backend
+
+
+@pytest.fixture
+def pipe() -> Iterator[tuple[int, int]]:
+    r, w = os.pipe()
+    yield r, w
+    for fd in (r, w):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def make_spec(tmp: Path, ready_fd: int, **runtime: Any) -> AnchorSpec:
+    root = tmp / "root"
+    spool.ensure_root(root)
+    spool.make_container_dir(root, CID)
+    bundle = tmp / "bundle"
+    (bundle / "rootfs").mkdir(parents=True, exist_ok=True)
+    info = BundleInfo(path=bundle, rootfs=bundle / "rootfs",
+                      config=ConfigInfo(ociVersion="1.0.2", process=ProcessInfo(["true"])))
+    return AnchorSpec(
+        container_id=CID, root=str(root), orig_bundle=str(bundle), pid_file="",
+        console_socket="", log_path="", log_format="json", debug=False, verbosity=0,
+        slurm_conf=str(tmp / "slurm.conf"), ready_fd=ready_fd, created="now",
+        bundle_info=info.to_dict(), runtime=runtime)
+
+
+def request(root: Path, kind: str, **fields: Any) -> dict[str, Any]:
+    return client.request(root, CID, kind, timeout_s=5, **fields)
+
+
+class TestAnchorProcess:
+    def test_lifecycle_over_the_socket(self, tmp_path: Path, fake: FakeSlurm,
+                                       pipe: tuple[int, int]) -> None:
+        """ready → state → start → kill 0 → delete refused → the step exits 7 → the
+        anchor returns 7."""
+        spec = make_spec(tmp_path, pipe[1], runtime_kill="crun kill %n.%u.%j.%s.%t")
+        root = Path(spec.root)
+
+        async def body() -> None:
+            anchor = asyncio.create_task(anchor_main._amain(spec))
+            ready = await asyncio.to_thread(readiness.read_result, pipe[0], 5)
+            assert ready is not None
+            assert (True, os.getpid()) == (ready["ok"], ready["pid"])
+            state = await asyncio.to_thread(request, root, "state")
+            assert ("created", 77) == (state["status"], state["job_id"])
+            assert 77 == (await asyncio.to_thread(request, root, "start"))["job_id"]
+            await asyncio.to_thread(request, root, "kill", signal=0)
+            with pytest.raises(ContainerStillRunning, match="not stopped: running"):
+                await asyncio.to_thread(request, root, "delete", force=False)
+            with pytest.raises(ProtocolError, match="invalid signal"):
+                await asyncio.to_thread(request, root, "kill", signal=99)
+            assert fake.step is not None
+            fake.step.exit(7)
+            assert 7 == await anchor
+
+        asyncio.run(body())
+        assert not (root / CID / spool.SOCKET_NAME).exists()
+
+    def test_signal_to_the_anchor(self, tmp_path: Path, fake: FakeSlurm,
+                                  pipe: tuple[int, int]) -> None:
+        """SIGTERM to a created container's anchor: the handler queues it, the lifecycle
+        stops the container with 143."""
+        spec = make_spec(tmp_path, pipe[1])
+
+        async def body() -> None:
+            anchor = asyncio.create_task(anchor_main._amain(spec))
+            await asyncio.to_thread(readiness.read_result, pipe[0], 5)
+            os.kill(os.getpid(), signal.SIGTERM)
+            assert 143 == await anchor
+
+        asyncio.run(body())
+
+    def test_create_fails(self, tmp_path: Path, fake: FakeSlurm,
+                          pipe: tuple[int, int]) -> None:
+        """The allocation fails: the readiness pipe carries the error class and message,
+        and the container dir is gone."""
+        fake.fail["allocate"] = AllocationFailed("job allocation failed: bad partition")
+        spec = make_spec(tmp_path, pipe[1])
+        assert 1 == asyncio.run(anchor_main._amain(spec))
+        result = readiness.read_result(pipe[0], 5)
+        assert {"ok": False, "kind": "AllocationFailed",
+                "message": "job allocation failed: bad partition"} == result
+        assert not (Path(spec.root) / CID).exists()
+
+    @pytest.mark.parametrize(("value", "message"), [
+        ("soon", "SCRUN_PY_ALLOC_TIMEOUT: not a number: 'soon'")])
+    def test_bad_settings_fail_before_slurm(self, tmp_path: Path, fake: FakeSlurm,
+                                            pipe: tuple[int, int], value: str, message: str,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv("SCRUN_PY_ALLOC_TIMEOUT", value)
+        spec = make_spec(tmp_path, pipe[1])
+        assert 1 == asyncio.run(anchor_main._amain(spec))
+        result = readiness.read_result(pipe[0], 5)
+        assert result is not None
+        assert ("ScrunError", message) == (result["kind"], result["message"])
+        assert [] == fake.calls
+
+    def test_terminal_needs_a_console_socket(self, tmp_path: Path, fake: FakeSlurm,
+                                             pipe: tuple[int, int]) -> None:
+        spec = make_spec(tmp_path, pipe[1])
+        info = dict(spec.bundle_info)
+        info["config"] = {**info["config"], "process": {"args": ["sh"], "terminal": True}}
+        spec = AnchorSpec(**{**spec.__dict__, "bundle_info": info})
+        r, w = os.pipe()  # stdin that is not a tty
+        saved = os.dup(0)
+        os.dup2(r, 0)
+        try:
+            assert 1 == asyncio.run(anchor_main._amain(spec))
+        finally:
+            os.dup2(saved, 0)
+            for fd in (saved, r, w):
+                os.close(fd)
+        result = readiness.read_result(pipe[0], 5)
+        assert result is not None
+        assert "process.terminal is true but no --console-socket was given" == result["message"]
+
