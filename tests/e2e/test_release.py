@@ -1,0 +1,134 @@
+"""What each Slurm release gives a container, used and checked on the release under test.
+
+* From 23.02 the step gets `srun --container-id`, and the container its task's
+  environment (SLURM_PROCID, SLURM_NODEID, SLURM_LOCALID) and SLURM_CONTAINER_ID.
+  22.05 gives the container the step's environment only.
+* From 23.02 oci.conf knows EnvExclude, RunTimeEnvExclude and the %U token (the user's
+  numeric id); 22.05's slurmstepd refuses such an oci.conf, which `doctor` reports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import STATE, Env, leftovers, slurm_release
+
+pytestmark = pytest.mark.e2e
+
+TASK_VARS = ("SLURM_PROCID", "SLURM_NODEID", "SLURM_LOCALID")
+# oci.conf of the newer releases: %U in the runtime's state dir, and both env filters
+NEWER_OCI_CONF = """\
+EnvExclude="^(SLURM_CONF|SLURM_CLUSTER_NAME)="
+RunTimeEnvExclude="^SCRUN_RELEASE_TEST="
+RunTimeQuery="crun --rootless=true --root=/tmp/ocistate-u%U state %n.%u.%j.%s.%t"
+RunTimeKill="crun --rootless=true --root=/tmp/ocistate-u%U kill %n.%u.%j.%s.%t"
+RunTimeDelete="crun --rootless=true --root=/tmp/ocistate-u%U delete --force %n.%u.%j.%s.%t"
+RunTimeRun="exec crun --rootless=true --root=/tmp/ocistate-u%U run --bundle %b %n.%u.%j.%s.%t"
+"""
+
+
+def _env_of(out: str) -> dict[str, str]:
+    pairs = (line.split("=", 1) for line in out.splitlines() if "=" in line)
+    return {k: v for k, v in pairs}
+
+
+def _run(env: Env, cid: str, args: list[str]) -> tuple[int, str, int]:
+    """(exit code, stdout, job id) of one container run to its end."""
+    created = env.create(cid, env.bundle(args, name=cid))
+    assert 0 == created.rc, created.stderr()
+    job = created.job_id()
+    assert 0 == env.run("start", cid).returncode
+    rc = created.wait_exit()
+    assert 0 == env.run("delete", cid).returncode
+    assert [] == leftovers(env, cid, [job])
+    return rc, created.stdout(), job
+
+
+class TestContainerEnvironment:
+    def test_what_the_release_gives_the_container(self, env: Env) -> None:
+        rc, out, job = _run(env, "relenv", ["env"])
+        assert 0 == rc
+        seen = _env_of(out)
+        assert str(job) == seen["SLURM_JOB_ID"]
+        assert "SLURM_STEP_ID" in seen
+        assert str(env.work / "relenv") == seen["SLURM_CONTAINER"]
+        if slurm_release() >= (23, 2):
+            assert "relenv" == seen["SLURM_CONTAINER_ID"]  # srun --container-id
+            assert ("0", "0", "0") == tuple(seen[v] for v in TASK_VARS)
+        else:
+            # 22.05: no --container-id, and the container gets the step's variables only
+            assert "SLURM_CONTAINER_ID" not in seen
+            assert not [v for v in TASK_VARS if v in seen]
+
+
+@contextlib.contextmanager
+def _cluster_oci_conf(text: str) -> Iterator[None]:
+    """The cluster's oci.conf replaced by `text` (slurmstepd reads it at every step),
+    under a lock, and put back whatever happens."""
+    conf = STATE / "oci.conf"
+    saved = conf.read_text()
+
+    def write(content: str) -> None:
+        tmp = conf.with_suffix(".new")
+        tmp.write_text(content)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, conf)
+
+    with open(STATE / "oci.conf.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            write(text)
+            yield
+        finally:
+            write(saved)
+
+
+class TestNewerOciConf:
+    def test_env_exclude_and_uid_token(self, env: Env, conf_dir: Path) -> None:
+        if slurm_release() < (23, 2):
+            # slurmstepd of 22.05 refuses these keys: doctor says so before any job runs
+            (conf_dir / "oci.conf").write_text(NEWER_OCI_CONF)
+            doctor = subprocess.run(env.cmd("doctor", "--json", conf=conf_dir / "slurm.conf",
+                                            log=False),
+                                    env=env.user.env(), capture_output=True, text=True,
+                                    timeout=120)
+            assert 0 != doctor.returncode
+            checks = {c["name"]: c for c in json.loads(doctor.stdout)}
+            assert "failed" == checks["oci.conf"]["status"], checks["oci.conf"]
+            for word in ("EnvExclude", "RunTimeEnvExclude", "%U"):
+                assert word in checks["oci.conf"]["found"]
+            return
+        with _cluster_oci_conf(NEWER_OCI_CONF):
+            self._run_with_newer_conf(env)
+
+    @staticmethod
+    def _run_with_newer_conf(env: Env) -> None:
+        trap = 'trap "echo TERM; exit 3" TERM; env; echo started; while :; do sleep 0.2; done'
+        created = env.create("newer", env.bundle(["sh", "-c", trap], name="newer",
+                                                 env=["SCRUN_RELEASE_TEST=1"]))
+        assert 0 == created.rc, created.stderr()
+        job = created.job_id()
+        assert 0 == env.run("start", "newer").returncode
+        deadline = time.monotonic() + 60
+        while "started" not in created.stdout():
+            assert time.monotonic() < deadline, created.stderr()
+            time.sleep(0.1)
+        # the runtime's state dir was named with %U: scrun-py's kill expands it the same way
+        assert Path(f"/tmp/ocistate-u{env.user.uid}").is_dir()
+        assert 0 == env.run("kill", "newer", "TERM").returncode
+        assert 3 == created.wait_exit()
+        seen = _env_of(created.stdout())
+        assert "SLURM_CONF" not in seen and "SLURM_CLUSTER_NAME" not in seen  # EnvExclude
+        assert str(job) == seen["SLURM_JOB_ID"]
+        assert "TERM" in created.stdout()
+        assert 0 == env.run("delete", "newer").returncode
+        assert [] == leftovers(env, "newer", [job])
