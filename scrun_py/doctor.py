@@ -58,9 +58,9 @@ class Doctor:
 
     def run(self) -> list[Check]:
         steps: list[Callable[[], Check]] = [
-            self.slurm_commands, self.slurm_conf_found, self.slurmctld, self.munge,
-            self.oci_conf, self.scrun_lua, self.site_file, self.oci_runtime, self.user_namespaces,
-            self.root_dir, self.engines]
+            self.slurm_commands, self.slurm_release, self.slurm_conf_found, self.slurmctld,
+            self.munge, self.oci_conf, self.scrun_lua, self.site_file, self.oci_runtime,
+            self.user_namespaces, self.root_dir, self.engines]
         for step in steps:
             try:
                 self.checks.append(step())
@@ -85,6 +85,22 @@ class Doctor:
             return Check("Slurm client commands", FAIL, out,
                          "scrun-py needs Slurm 22.05 or newer")
         return Check("Slurm client commands", OK, out)
+
+    def slurm_release(self) -> Check:
+        """The release, and which release-dependent features a container job gets."""
+        from scrun_py.slurm.releases import offered, release_name
+
+        if self.version is None:
+            return Check("Slurm release", FAIL, "unknown (no working srun)",
+                         "install Slurm's client commands")
+        has, lacks = offered(self.version)
+        found = release_name(self.version) + ": " + (", ".join(f.name for f in has) or "-")
+        if not lacks:
+            return Check("Slurm release", OK, found)
+        return Check("Slurm release", OK if has else WARN,
+                     f"{found}; not on this release: " + ", ".join(f.name for f in lacks),
+                     "" if has else "Slurm 23.02 or newer gives containers their task's "
+                     "environment (SLURM_PROCID, SLURM_NODEID)")
 
     def slurm_conf_found(self) -> Check:
         if self.slurm_conf.is_file():
@@ -126,6 +142,13 @@ class Doctor:
             return Check("oci.conf", FAIL, f"{path}: " + "; ".join(problems),
                          f"this Slurm ({'.'.join(map(str, self.version or ()))}) cannot run "
                          "this oci.conf: see docs/oci.conf.md")
+        if conf.mode == "create-start":
+            return Check("oci.conf", WARN, f"{path}: create/start mode (RunTimeCreate)",
+                         "use RunTimeRun: slurmstepd reads RunTimeCreate's output until "
+                         "end of file, and the created container holds it open until it "
+                         "exits, so the step never ends (runc 1.1, crun 1.8); with "
+                         "RunTimeCreate's output redirected the step ends but the "
+                         "container's output is lost")
         if conf.runtime_run and not execs:
             return Check("oci.conf", WARN, f"{path}: RunTimeRun does not start with exec",
                          "write RunTimeRun=\"exec <runtime> run ...\": otherwise scancel "

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from scrun_py.slurm.releases import has, release_name
 from tests.e2e.conftest import STATE, Env, leftovers, slurm_release
 
 pytestmark = pytest.mark.e2e
@@ -61,13 +62,48 @@ class TestContainerEnvironment:
         assert str(job) == seen["SLURM_JOB_ID"]
         assert "SLURM_STEP_ID" in seen
         assert str(env.work / "relenv") == seen["SLURM_CONTAINER"]
-        if slurm_release() >= (23, 2):
-            assert "relenv" == seen["SLURM_CONTAINER_ID"]  # srun --container-id
-            assert ("0", "0", "0") == tuple(seen[v] for v in TASK_VARS)
+        release = slurm_release()
+        if has(release, "--container-id"):
+            assert "relenv" == seen["SLURM_CONTAINER_ID"]
         else:
-            # 22.05: no --container-id, and the container gets the step's variables only
             assert "SLURM_CONTAINER_ID" not in seen
+        if has(release, "task environment"):
+            assert ("0", "0", "0") == tuple(seen[v] for v in TASK_VARS)
+        else:  # the container gets the step's variables only
             assert not [v for v in TASK_VARS if v in seen]
+
+
+def _doctor(env: Env, conf: Path) -> tuple[int, dict[str, dict[str, str]]]:
+    res = subprocess.run(env.cmd("doctor", "--json", conf=conf / "slurm.conf", log=False),
+                         env=env.user.env(), capture_output=True, text=True, timeout=120)
+    return res.returncode, {c["name"]: c for c in json.loads(res.stdout)}
+
+
+class TestDoctor:
+    def test_reports_the_release_and_what_it_offers(self, user_env: Env,
+                                                    conf_dir: Path) -> None:
+        release = slurm_release()
+        _, checks = _doctor(user_env, conf_dir)
+        row = checks["Slurm release"]
+        assert row["found"].startswith(release_name(release) + ":")
+        for name in ("--container-id", "task environment", "EnvExclude"):
+            listed_missing = name in row["found"].partition("not on this release:")[2]
+            assert listed_missing != has(release, name), row
+
+    def test_create_start_mode_is_a_warning(self, user_env: Env, conf_dir: Path) -> None:
+        """RunTimeCreate/RunTimeStart: the step never ends with runc 1.1 or crun 1.8
+        (slurmstepd waits for the end of RunTimeCreate's output, which the container
+        holds), so doctor warns (and on 22.05, where it hangs too, fails)."""
+        (conf_dir / "oci.conf").write_text(
+            'RunTimeQuery="runc --root=/tmp/runc-%u state %n.%u.%j.%s.%t"\n'
+            'RunTimeKill="runc --root=/tmp/runc-%u kill %n.%u.%j.%s.%t"\n'
+            'RunTimeDelete="runc --root=/tmp/runc-%u delete --force %n.%u.%j.%s.%t"\n'
+            'RunTimeCreate="runc --root=/tmp/runc-%u create --bundle %b %n.%u.%j.%s.%t"\n'
+            'RunTimeStart="runc --root=/tmp/runc-%u start %n.%u.%j.%s.%t"\n')
+        _, checks = _doctor(user_env, conf_dir)
+        row = checks["oci.conf"]
+        assert row["status"] == ("warning" if slurm_release() >= (23, 2) else "failed"), row
+        assert "create" in (row["found"] + row["fix"]).lower()
 
 
 @contextlib.contextmanager
@@ -94,15 +130,11 @@ def _cluster_oci_conf(text: str) -> Iterator[None]:
 
 class TestNewerOciConf:
     def test_env_exclude_and_uid_token(self, env: Env, conf_dir: Path) -> None:
-        if slurm_release() < (23, 2):
+        if not has(slurm_release(), "EnvExclude"):
             # slurmstepd of 22.05 refuses these keys: doctor says so before any job runs
             (conf_dir / "oci.conf").write_text(NEWER_OCI_CONF)
-            doctor = subprocess.run(env.cmd("doctor", "--json", conf=conf_dir / "slurm.conf",
-                                            log=False),
-                                    env=env.user.env(), capture_output=True, text=True,
-                                    timeout=120)
-            assert 0 != doctor.returncode
-            checks = {c["name"]: c for c in json.loads(doctor.stdout)}
+            rc, checks = _doctor(env, conf_dir)
+            assert 0 != rc
             assert "failed" == checks["oci.conf"]["status"], checks["oci.conf"]
             for word in ("EnvExclude", "RunTimeEnvExclude", "%U"):
                 assert word in checks["oci.conf"]["found"]

@@ -1,0 +1,45 @@
+"""What each Slurm release gives a container job, as scrun-py uses it.
+
+One table, read by `doctor` (which reports the release and what applies) and by the
+end-to-end tests (which check each entry on the release under test).  Releases tested:
+22.05 (Debian 12's packages) and 24.11 (Debian 13's source package).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Feature:
+    name: str
+    since: tuple[int, int]
+    what: str
+
+
+FEATURES: tuple[Feature, ...] = (
+    Feature("--container-id", (23, 2),
+            "srun --container-id names the step's container; SLURM_CONTAINER_ID is set in it"),
+    Feature("task environment", (23, 2),
+            "the container gets its task's SLURM_PROCID, SLURM_NODEID and SLURM_LOCALID "
+            "(older releases give it the step's variables only)"),
+    Feature("EnvExclude", (23, 2),
+            "oci.conf EnvExclude and RunTimeEnvExclude filter the container's and the "
+            "runtime's environment"),
+    Feature("%U and %p", (23, 2), "oci.conf patterns know the user's numeric id and the pid"),
+    Feature("scrun", (23, 2), "Slurm ships its own scrun"),
+)
+
+
+def release_name(version: tuple[int, int]) -> str:
+    return f"{version[0]}.{version[1]:02d}"
+
+
+def offered(version: tuple[int, int]) -> tuple[list[Feature], list[Feature]]:
+    """(features this release has, features it lacks)."""
+    has = [f for f in FEATURES if version >= f.since]
+    return has, [f for f in FEATURES if version < f.since]
+
+
+def has(version: tuple[int, int], name: str) -> bool:
+    return any(f.name == name and version >= f.since for f in FEATURES)
