@@ -72,7 +72,7 @@ def default_root(environ: dict[str, str] | None = None, uid: int | None = None) 
     """Where spool dirs live when --root is not given.
 
     Slurm's scrun documents `/run/user/<uid>/scrun/` but uses the bare runtime
-    dir; we use the documented `scrun` sub-directory (scrun.md §2.2, §14.13).
+    dir ($XDG_RUNTIME_DIR itself); we use the documented `scrun` sub-directory.
     """
     env = os.environ if environ is None else environ
     uid = os.getuid() if uid is None else uid

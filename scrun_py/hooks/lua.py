@@ -23,6 +23,7 @@ import structlog
 
 from scrun_py import logs
 from scrun_py.errors import HookError
+from scrun_py.flags import LADDER
 from scrun_py.hooks import _builtins
 from scrun_py.hooks._prelude import PRELUDE
 from scrun_py.hooks.spec import HOOKS, SLURM_CONSTANTS, STAGE_IN, STAGE_OUT
@@ -39,7 +40,8 @@ LUPA_MODULES: Final = MappingProxyType({
 })
 """Accepted ``SCRUN_PY_LUA_VERSION`` values -> lupa module (also ``lua5.4``, ``lua54``, ``54``)."""
 
-_LUA_LEVELS: Final = ("info", "verbose", "debug", "debug2", "debug3", "debug4")
+# slurm.log's level numbers 0-5: info … debug4 of the ladder
+_LUA_LEVELS: Final = LADDER[LADDER.index("info"):LADDER.index("debug4") + 1]
 _LUPA_NAME = re.compile(r"lupa\.lua(jit)?\d+")
 
 

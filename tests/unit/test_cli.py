@@ -1,10 +1,10 @@
 """Unit tests for scrun_py.cli: global options, verbs that need no container, the fatal path.
 
 Everything runs in-process through `cli.main(argv)`; nothing here starts an anchor or
-talks to Slurm.  mock.patch is used only for the wiring tests at the end (style.md 7.11).
+talks to Slurm.  mock.patch is used only for the wiring tests at the end.
 """
 
-# Expected value first (style.md 7.11) conflicts with SIM300 (yoda); the style guide wins.
+# Expected value first, as everywhere in our tests (hence SIM300 is off for tests/).
 
 from __future__ import annotations
 

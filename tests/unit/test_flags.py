@@ -1,10 +1,10 @@
 """Every flag and verb of runc 1.1, crun 1.8 and Slurm's scrun, driven from flags.py (issue 13.4).
 
 The CLI runs in-process through `cli.main(argv)`; the verbs' `run` functions are
-replaced by mocks (style.md 7.11: mock only for wiring), so no anchor starts.
+replaced by mocks (mocks only for wiring), so no anchor starts.
 """
 
-# Expected value first (style.md 7.11) conflicts with SIM300 (yoda); the style guide wins.
+# Expected value first, as everywhere in our tests (hence SIM300 is off for tests/).
 
 from __future__ import annotations
 

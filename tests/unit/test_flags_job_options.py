@@ -1,6 +1,6 @@
 """SCRUN_* variables that are read but not applied are never dropped silently (issue 13.7)."""
 
-# Expected value first (style.md 7.11) conflicts with SIM300 (yoda); the style guide wins.
+# Expected value first, as everywhere in our tests (hence SIM300 is off for tests/).
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """--pid-file is locked while it is written, as scrun(1) says (issue 13.6)."""
 
-# Expected value first (style.md 7.11) conflicts with SIM300 (yoda); the style guide wins.
+# Expected value first, as everywhere in our tests (hence SIM300 is off for tests/).
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ SCRUN_STDERR_DEBUG, SCRUN_FILE_DEBUG, SCRUN_SYSLOG_DEBUG, --log-level, --debug, 
 oci.conf StdIODebug/FileDebug/SyslogDebug.  The rows come from flags.LEVEL_SOURCES.
 """
 
-# Expected value first (style.md 7.11) conflicts with SIM300 (yoda); the style guide wins.
+# Expected value first, as everywhere in our tests (hence SIM300 is off for tests/).
 
 from __future__ import annotations
 

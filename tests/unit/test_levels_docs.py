@@ -1,7 +1,7 @@
 """docs/levels.md holds the tables of scrun_py/flags.py verbatim (regenerate the block with
 `python -m scrun_py.flags`)."""
 
-# Expected value first (style.md 7.11) conflicts with SIM300 (yoda); the style guide wins.
+# Expected value first, as everywhere in our tests (hence SIM300 is off for tests/).
 
 from __future__ import annotations
 
