@@ -8,8 +8,12 @@ import contextlib
 import os
 import signal
 import subprocess
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 #: status of a command killed after its timeout (coreutils timeout's convention)
 TIMEOUT_STATUS = 124
@@ -151,21 +155,35 @@ def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
 
 async def run_async(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
                     timeout_s: float | None = 30.0) -> Result:
-    """`run` for the anchor's event loop."""
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT, env=dict(env) if env is not None else None,
-            start_new_session=True)
-    except OSError as exc:
-        return Result(NOT_STARTED_STATUS, f"{argv[0]}: {exc.strerror}\n".encode(),
-                      error=exc.strerror or str(exc))
-    try:
-        out, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
-    except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        await proc.wait()
-        return Result(TIMEOUT_STATUS, b"", timed_out=True)
-    assert proc.returncode is not None
-    return Result(exit_code(proc.returncode), out)
+    """`run` for an event loop, in a daemon thread: cancelling the caller abandons the
+    wait, never the command (Python 3.11's asyncio subprocesses can hang forever when
+    cancelled while being created), and the command is bounded by its timeout."""
+    return await in_daemon_thread(lambda: run(argv, env=env, timeout_s=timeout_s))
+
+
+async def in_daemon_thread(fn: Callable[[], T]) -> T:
+    """Await `fn()` run in a daemon thread: a call that hangs (a Lua hook) cannot keep
+    the process alive at exit, as asyncio.to_thread's pool threads would."""
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: Any, exc: BaseException | None) -> None:
+        if fut.done():
+            return
+        if exc is not None:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(result)
+
+    def work() -> None:
+        try:
+            result = fn()
+        except BaseException as exc:  # handed to the awaiting task
+            with contextlib.suppress(RuntimeError):  # the loop has closed
+                loop.call_soon_threadsafe(settle, None, exc)
+        else:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(settle, result, None)
+
+    threading.Thread(target=work, name="scrun-worker", daemon=True).start()
+    return await fut

@@ -6,14 +6,12 @@ No lifecycle decisions here: `anchor/lifecycle.py` makes them.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import structlog
 
@@ -22,8 +20,6 @@ from scrun_py.anchor.spec import AnchorSpec, BundleInfo
 from scrun_py.hooks.lua import HookContext, Hooks, NoHooks
 from scrun_py.slurm.backend import Allocation
 from scrun_py.status import Status
-
-T = TypeVar("T")
 
 
 class Container:
@@ -103,20 +99,20 @@ class Container:
     # ---- hooks -------------------------------------------------------------------------------
     async def stage_in(self, alloc: Allocation, uid: int, gid: int,
                        remote_argv: Callable[[str], list[str]]) -> None:
-        self.ctx = HookContext(
+        self.ctx = ctx = HookContext(
             container_id=self.record.id, bundle=str(self.bundle.path),
             orig_bundle=self.spec.orig_bundle, root_path=str(self.bundle.rootfs),
             orig_root_path=str(self.bundle.rootfs), spool_dir=str(self.dir),
             config_file=str(self.bundle.config_file), job_id=alloc.job_id,
             user_id=uid, group_id=gid, env={}, remote_argv=remote_argv)
-        self.ctx.env = self.job_env(alloc)
+        ctx.env = self.job_env(alloc)
         if isinstance(self.hooks, NoHooks):
             return
         self.event("stage_in started")
         self.staged_in = True
         self.hook_running = True
         try:
-            await in_daemon_thread(self.hooks.stage_in, self.ctx)
+            await procs.in_daemon_thread(lambda: self.hooks.stage_in(ctx))
         except Exception:
             self.hook_running = False
             raise
@@ -129,12 +125,12 @@ class Container:
 
     async def stage_out(self) -> None:
         """Run stage_out once if stage_in ran; its result is only logged (as Slurm does)."""
-        owed, self.staged_in = self.staged_in and self.ctx is not None, False
-        if not owed or self.ctx is None:
+        owed, self.staged_in, ctx = self.staged_in, False, self.ctx
+        if not owed or ctx is None:
             return
         self.event("stage_out started")
         try:
-            rc = await in_daemon_thread(self.hooks.stage_out, self.ctx)
+            rc = await procs.in_daemon_thread(lambda: self.hooks.stage_out(ctx))
             self.event("stage_out finished", rc=rc)
         except Exception as exc:
             self.log.error("stage_out failed", error=str(exc), container_id=self.record.id)
@@ -177,28 +173,3 @@ class Container:
 
         return self.dir / ABANDON_FILE
 
-
-async def in_daemon_thread(fn: Callable[..., T], *args: Any) -> T:
-    """Run a blocking hook in a daemon thread: a hook that hangs cannot keep the anchor
-    alive after teardown (asyncio.to_thread's pool threads would be joined at exit)."""
-    loop = asyncio.get_running_loop()
-    fut: asyncio.Future[T] = loop.create_future()
-
-    def settle(result: Any, exc: BaseException | None) -> None:
-        if fut.done():
-            return
-        if exc is not None:
-            fut.set_exception(exc)
-        else:
-            fut.set_result(result)
-
-    def work() -> None:
-        try:
-            result = fn(*args)
-        except BaseException as exc:  # handed to the awaiting task
-            loop.call_soon_threadsafe(settle, None, exc)
-        else:
-            loop.call_soon_threadsafe(settle, result, None)
-
-    threading.Thread(target=work, name="scrun-hook", daemon=True).start()
-    return await fut

@@ -82,8 +82,8 @@ class CliSlurm:
         self._start_version_probe()
         argv = slurm_argv.build_salloc_argv(opts, self._salloc)
         # salloc's stderr goes to an unlinked file, not a pipe: if the anchor dies, a
-        # salloc writing to a broken pipe spins at 100% CPU forever (seen on 22.05)
-        # kept open for the allocation's lifetime (polled), closed with the process
+        # salloc writing to a broken pipe spins at 100% CPU forever (seen on 22.05).
+        # Kept open for the allocation's lifetime (polled), closed by release.
         err_file = tempfile.TemporaryFile(prefix="scrun-py-salloc-")  # noqa: SIM115
         try:
             proc = await asyncio.create_subprocess_exec(
@@ -113,6 +113,7 @@ class CliSlurm:
             await self._abort(proc, alloc)
             stderr_task.cancel()
             reader.poll()
+            err_file.close()
             raise AllocationFailed(
                 f"job allocation not granted within {timeout_s:g}s"
                 + (f" ({parse.slurm_message(alloc.messages)})" if alloc.messages else "")
@@ -120,16 +121,19 @@ class CliSlurm:
         except asyncio.CancelledError:
             await self._abort(proc, alloc)
             stderr_task.cancel()
+            err_file.close()
             raise
         stderr_task.cancel()
         if done is None:
             await proc.wait()
             reader.poll()
+            err_file.close()
             raise AllocationFailed(f"job allocation failed: {parse.slurm_message(alloc.messages)}")
         alloc.env = done
         job_id = int(done.get("SLURM_JOB_ID", "0") or 0)
         if not job_id:
             await self._abort(proc, alloc)
+            err_file.close()
             raise AllocationFailed("job allocation failed: no SLURM_JOB_ID in the job environment")
         if not alloc.job_id:
             alloc.job_id = job_id
@@ -218,6 +222,9 @@ class CliSlurm:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
             await proc.wait()
+        if self._stderr is not None:
+            self._stderr.poll()
+            self._stderr.fh.close()  # salloc's stderr file, kept open until its end
 
     async def cancel(self, job_id: int, step_id: int | None = None) -> None:
         with contextlib.suppress(SlurmError):

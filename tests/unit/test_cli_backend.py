@@ -1,0 +1,197 @@
+"""The CLI Slurm backend against stand-in salloc/srun/squeue/scancel scripts that record
+their argv: what it runs for each call, and how it reads the answers (22.05 and later)."""
+
+# Expected value first, as everywhere in our tests (hence SIM300 is off for tests/).
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from scrun_py.errors import AllocationFailed, StepLaunchFailed
+from scrun_py.slurm import cli_backend
+from scrun_py.slurm.backend import StepRequest
+from scrun_py.slurm.cli_backend import CliSlurm
+
+SALLOC = """#!/bin/sh
+echo "salloc $*" >> "$LOG"
+if [ -n "$SALLOC_FAIL" ]; then
+  echo "salloc: error: spank: required plugin gate.so: init_post_opt() failed" >&2
+  echo "salloc: error: Job submit/allocate failed: Invalid partition name specified" >&2
+  exit 1
+fi
+echo "salloc: Granted job allocation 55" >&2
+[ -n "$SALLOC_HANG" ] && exec sleep 30
+while [ "$1" != "--" ]; do shift; done; shift
+SLURM_JOB_ID=55 exec "$@"
+"""
+SRUN = """#!/bin/sh
+if [ "$1" = "--version" ]; then echo "slurm $VERSION"; exit 0; fi
+echo "srun $*" >> "$LOG"
+exit "${SRUN_RC:-0}"
+"""
+SQUEUE = """#!/bin/sh
+echo "squeue $*" >> "$LOG"
+case "$*" in
+  *--steps*) printf '55.0|scrun\\n55.1|scrun-signal\\n55.2|scrun\\n' ;;
+  *%T*) echo "$JOB_STATE" ;;
+  *%e*) echo "2026-12-01T10:00:00|1001|1002" ;;
+esac
+"""
+SCANCEL = """#!/bin/sh
+echo "scancel $*" >> "$LOG"
+"""
+KILL = "crun --root=/r kill -a %n.%u.%j.%s.%t"
+
+
+@pytest.fixture
+def bin_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    d = tmp_path / "bin"
+    d.mkdir()
+    for name, text in (("salloc", SALLOC), ("srun", SRUN), ("squeue", SQUEUE),
+                       ("scancel", SCANCEL)):
+        (d / name).write_text(text)
+        (d / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{d}:{os.environ['PATH']}")
+    monkeypatch.setenv("LOG", str(tmp_path / "log"))
+    monkeypatch.setenv("VERSION", "22.05.8")
+    monkeypatch.setenv("JOB_STATE", "RUNNING")
+    for var in ("SALLOC_FAIL", "SALLOC_HANG", "SRUN_RC"):
+        monkeypatch.delenv(var, raising=False)
+    return d
+
+
+def logged(bin_dir: Path) -> list[str]:
+    log = bin_dir.parent / "log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def backend(bin_dir: Path, kill: str | None = KILL) -> CliSlurm:
+    return CliSlurm(salloc=str(bin_dir / "salloc"), srun_path=str(bin_dir / "srun"),
+                    runtime_kill=kill)
+
+
+class TestAllocation:
+    def test_allocate_release(self, bin_dir: Path) -> None:
+        """The holder reports the job env, then exits with the code release sends."""
+        async def body() -> None:
+            slurm = backend(bin_dir)
+            seen: list[int] = []
+            alloc = await slurm.allocate(["-p", "debug"], dict(os.environ), seen.append, 10)
+            assert (55, "55", True, [55]) == (alloc.job_id, alloc.env["SLURM_JOB_ID"],
+                                              alloc.owned, seen)
+            assert not slurm.revoked(alloc)
+            await slurm.release(alloc, 3, 10)
+            await asyncio.wait_for(slurm.wait_ended(alloc), 5)
+            assert slurm.revoked(alloc)  # the holder has gone
+            assert "salloc: Granted job allocation 55" in alloc.messages
+
+        asyncio.run(body())
+        assert logged(bin_dir)[0].startswith("salloc --job-name=scrun -p debug -- /bin/sh -c")
+
+    def test_failure_names_slurm_errors(self, bin_dir: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv("SALLOC_FAIL", "1")
+        with pytest.raises(AllocationFailed) as info:
+            asyncio.run(backend(bin_dir).allocate([], dict(os.environ), lambda _j: None, 10))
+        assert ("job allocation failed: salloc: error: spank: required plugin gate.so: "
+                "init_post_opt() failed; Job submit/allocate failed: Invalid partition name "
+                "specified") == str(info.value)
+
+    def test_timeout_cancels_the_job(self, bin_dir: Path,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv("SALLOC_HANG", "1")
+        with pytest.raises(AllocationFailed, match=r"not granted within 0.3s \(salloc: Granted"):
+            asyncio.run(backend(bin_dir).allocate([], dict(os.environ), lambda _j: None, 0.3))
+        assert "scancel 55" == logged(bin_dir)[-1]
+
+    def test_missing_salloc(self, tmp_path: Path) -> None:
+        with pytest.raises(AllocationFailed, match="cannot run salloc"):
+            asyncio.run(CliSlurm(salloc=str(tmp_path / "nope")).allocate(
+                [], {}, lambda _j: None, 1))
+
+    @pytest.mark.parametrize(("state", "ok"), [("RUNNING", True), ("PENDING", False)])
+    def test_attach(self, bin_dir: Path, monkeypatch: pytest.MonkeyPatch, state: str,
+                    ok: bool) -> None:
+        monkeypatch.setenv("JOB_STATE", state)
+        work = backend(bin_dir).attach(12, {"SLURM_JOB_ID": "12"})
+        if ok:
+            assert not asyncio.run(work).owned
+        else:
+            with pytest.raises(AllocationFailed, match=r"SLURM_JOB_ID=12 is not a running "
+                                                       r"job \(PENDING\)"):
+                asyncio.run(work)
+
+    def test_job_info(self, bin_dir: Path) -> None:
+        info = asyncio.run(backend(bin_dir).job_info(55))
+        assert info is not None
+        assert (1001, 1002) == (info.uid, info.gid)
+        assert info.end_time is not None
+
+
+class TestStep:
+    @pytest.mark.parametrize(("version", "flag"), [("22.05.8", False), ("23.02.7", True),
+                                                   ("24.11.1", True), ("25.05.0", True)])
+    def test_container_id_from_23_02(self, bin_dir: Path, monkeypatch: pytest.MonkeyPatch,
+                                     version: str, flag: bool) -> None:
+        monkeypatch.setenv("VERSION", version)
+        req = StepRequest(job_id=55, container_id="c1", bundle="/b", args=["true"],
+                          env=dict(os.environ), stdio=(0, 1, 2))
+
+        async def body() -> None:
+            step = await backend(bin_dir).launch_step(req)
+            assert 0 == await step.wait()
+
+        asyncio.run(body())
+        line = logged(bin_dir)[-1]
+        assert line.startswith("srun --jobid=55 --job-name=scrun --no-kill --quiet")
+        assert flag == ("--container-id=c1" in line)
+
+    def test_launch_fails(self, tmp_path: Path) -> None:
+        req = StepRequest(job_id=1, container_id="c1", bundle="/b", args=["true"], env={})
+        with pytest.raises(StepLaunchFailed, match="cannot run"):
+            asyncio.run(CliSlurm(srun_path=str(tmp_path / "nope")).launch_step(req))
+
+    def test_step_id_and_signal_through_the_runtime(self, bin_dir: Path) -> None:
+        """The newest `scrun` step; the signal runs RunTimeKill without -a in a helper step."""
+        async def body() -> None:
+            slurm = backend(bin_dir)
+            assert 2 == await slurm.step_id(55, lambda: True)
+            await slurm.signal(55, 2, 10, dict(os.environ), lambda: True)
+
+        asyncio.run(body())
+        assert logged(bin_dir)[-1].startswith(
+            "srun --jobid=55 --job-name=scrun-signal --no-kill --quiet --ntasks-per-node=1 "
+            "--overlap -- /bin/sh -c crun --root=/r kill ")
+        assert logged(bin_dir)[-1].endswith('.55.2.0 10')
+
+    def test_signal_without_runtime_kill_uses_scancel(self, bin_dir: Path) -> None:
+        asyncio.run(backend(bin_dir, kill=None).signal(55, 2, 15, {}, lambda: True))
+        assert ["scancel --signal=15 55.2"] == logged(bin_dir)
+
+    def test_runtime_kill_retried_then_scancel(self, bin_dir: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+        """Right after start the runtime may not know the container yet: retried while
+        the step lives, then scancel --signal; a step that has gone needs nothing more."""
+        monkeypatch.setenv("SRUN_RC", "1")
+        monkeypatch.setattr(cli_backend, "RUNTIME_SIGNAL_ATTEMPTS", 3)
+        asyncio.run(backend(bin_dir).signal(55, 2, 10, dict(os.environ), lambda: True))
+        assert 3 == sum(ln.startswith("srun") for ln in logged(bin_dir))
+        assert "scancel --signal=10 55.2" == logged(bin_dir)[-1]
+        asyncio.run(backend(bin_dir).signal(55, 2, 9, dict(os.environ), lambda: False))
+        assert logged(bin_dir)[-1].startswith("srun")
+
+    def test_kill_and_command_argv(self, bin_dir: Path) -> None:
+        slurm = backend(bin_dir)
+        kill = slurm.kill_argv(55, 2)
+        assert kill is not None
+        assert kill[-1].endswith(" 9")
+        assert backend(bin_dir, kill="crun kill %x").kill_argv(55, 2) is None
+        assert ["/bin/sh", "-c", "hostname"] == slurm.command_argv(55, "hostname")[-3:]
+
+    def test_cancel(self, bin_dir: Path) -> None:
+        asyncio.run(backend(bin_dir).cancel(55, 0))
+        assert "scancel 55.0" == logged(bin_dir)[-1]

@@ -1,0 +1,60 @@
+"""The one home of process helpers: exit codes, names, /proc, running a command."""
+
+# Expected value first, as everywhere in our tests (hence SIM300 is off for tests/).
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+
+import pytest
+
+from scrun_py import procs
+
+
+class TestProcs:
+    @pytest.mark.parametrize(("rc", "code"), [(0, 0), (3, 3), (-9, 137), (-15, 143), (256, 0)])
+    def test_exit_code(self, rc: int, code: int) -> None:
+        assert code == procs.exit_code(rc)
+
+    def test_names(self) -> None:
+        assert "root" == procs.user_name(0)
+        assert "root" == procs.group_name(0)
+        assert "4000000" == procs.user_name(4000000)
+        assert "4000000" == procs.group_name(4000000)
+
+    def test_proc_reads(self) -> None:
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+        try:
+            assert child.pid in procs.descendants(os.getpid())
+            assert procs.process_start_time(child.pid).isdigit()
+            assert procs.comm(child.pid).startswith("python")
+        finally:
+            child.kill()
+            child.wait()
+        assert "" == procs.process_start_time(child.pid)
+        assert "" == procs.comm(child.pid)
+        assert isinstance(procs.in_user_namespace(), bool)
+        assert procs.ns_root_host_id("uid") >= 0
+
+    def test_run(self) -> None:
+        res = procs.run(["sh", "-c", "echo out; echo err >&2; exit 3"])
+        assert (3, "out\nerr\n", False) == (res.status, res.text, res.timed_out)
+        assert "in" == procs.run(["cat"], stdin=b"in").text
+        missing = procs.run(["/nonexistent/cmd"])
+        assert (127, "No such file or directory") == (missing.status, missing.error)
+        slow = procs.run(["sleep", "10"], timeout_s=0.1)
+        assert (124, True) == (slow.status, slow.timed_out)
+
+    def test_run_async(self) -> None:
+        res = asyncio.run(procs.run_async(["sh", "-c", "kill -TERM $$"]))
+        assert 143 == res.status
+
+    def test_in_daemon_thread_raises(self) -> None:
+        def boom() -> None:
+            raise ValueError("x")
+
+        with pytest.raises(ValueError, match="x"):
+            asyncio.run(procs.in_daemon_thread(boom))

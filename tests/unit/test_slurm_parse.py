@@ -1,0 +1,37 @@
+"""What scrun-py reads from Slurm's client commands (slurm/parse.py)."""
+
+# Expected value first, as everywhere in our tests (hence SIM300 is off for tests/).
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from scrun_py.slurm import parse
+
+
+class TestParse:
+    @pytest.mark.parametrize(("text", "expected"), [
+        ("slurm 22.05.8\n", (22, 5)), ("slurm-wlm 24.11.1", (24, 11)), ("slurm 25.05.0-1", (25, 5)),
+        ("", None), ("srun: fatal: no config", None)])
+    def test_version(self, text: str, expected: tuple[int, int] | None) -> None:
+        assert expected == parse.parse_version(text)
+
+    def test_slurm_time(self) -> None:
+        """squeue's %e is local time; Unknown/NONE (no limit) is None."""
+        when = parse.parse_slurm_time("2026-11-29T12:45:00\n")
+        assert when is not None
+        assert "2026-11-29 12:45:00" == time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(when))
+        assert parse.parse_slurm_time("Unknown") is None
+
+    def test_step_ids(self) -> None:
+        text = "55.0|scrun\n55.1|scrun-signal\n55.extern|extern\n55.3|scrun\n"
+        assert [0, 3] == parse.parse_step_ids(text, "scrun")
+        assert [] == parse.parse_step_ids("", "scrun")
+
+    @pytest.mark.parametrize(("text", "ids"), [
+        ("2026-11-29T12:45:00|1001|1002", (1001, 1002)), ("NONE|x|y", (None, None)),
+        ("", (None, None))])
+    def test_job_info(self, text: str, ids: tuple[int | None, int | None]) -> None:
+        assert ids == parse.parse_job_info(text)[1:]
