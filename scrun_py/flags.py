@@ -87,7 +87,7 @@ class LevelSource(NamedTuple):
     name: str
     kind: Literal["env", "flag", "oci.conf", "default"]
     sinks: tuple[Sink, ...]
-    where: Literal["every process", "commands", "anchor"]
+    where: Literal["every process", "anchor"]
     meaning: str
 
 
@@ -103,9 +103,8 @@ LEVEL_SOURCES: tuple[LevelSource, ...] = (
     LevelSource("SCRUN_FILE_DEBUG", "env", ("file",), "every process",
                 "sets the --log file"),
     LevelSource("SCRUN_SYSLOG_DEBUG", "env", ("syslog",), "every process", "sets syslog"),
-    LevelSource("--log-level", "flag", ("stderr", "file"), "commands",
-                "crun's option: sets stderr and the --log file; also takes warning; not "
-                "passed on to the anchor yet"),
+    LevelSource("--log-level", "flag", ("stderr", "file"), "every process",
+                "crun's option: sets stderr and the --log file; also takes warning"),
     LevelSource("--debug", "flag", ("stderr", "file"), "every process",
                 "stderr and the --log file at debug"),
     LevelSource("-v", "flag", ("stderr",), "every process",

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 def _configure_logging(spec: AnchorSpec, environ: dict[str, str]) -> None:
     from scrun_py import logs
 
-    levels = logs.env_levels(environ, debug=spec.debug, verbosity=spec.verbosity)
+    levels = logs.env_levels(environ, debug=spec.debug, verbosity=spec.verbosity,
+                             log_level=spec.log_level)
     logs.configure_structlog(logs.Sinks(
         stderr_level=levels["stderr"], file_level=levels["file"], syslog_level=levels["syslog"],
         log_path=Path(spec.log_path) if spec.log_path else None, log_format=spec.log_format))
@@ -47,6 +48,7 @@ def _prepare(spec: AnchorSpec) -> Lifecycle:
     slurm_conf = Path(spec.slurm_conf)
     oci_conf = RuntimeSettings(**spec.runtime)
     levels = logs.env_levels(environ, debug=spec.debug, verbosity=spec.verbosity,
+                             log_level=spec.log_level,
                              overrides={"stderr": oci_conf.stdio_debug,
                                         "file": oci_conf.file_debug,
                                         "syslog": oci_conf.syslog_debug})

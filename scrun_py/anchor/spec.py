@@ -86,6 +86,7 @@ class AnchorSpec:
     audit_file: str = ""
     audit_syslog: bool = False
     engine: str = ""
+    log_level: str | None = None  # --log-level, as given
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))

@@ -92,7 +92,8 @@ def _create(inv: Invocation, container_id: str, bundle: str | None, pid_file: st
         orig_bundle=os.path.abspath(bundle) if bundle else "", pid_file=pid_path,
         console_socket=os.path.abspath(console_socket) if console_socket else "",
         log_path=str(inv.log_path) if inv.log_path else "", log_format=inv.log_format,
-        debug=inv.debug, verbosity=inv.verbosity, slurm_conf=str(inv.slurm_conf_path()),
+        debug=inv.debug, verbosity=inv.verbosity, log_level=inv.log_level,
+        slurm_conf=str(inv.slurm_conf_path()),
         ready_fd=write_fd, created=rfc3339_now(), bundle_info=bundle_info.to_dict(),
         runtime=dataclasses.asdict(runtime), audit_file=settings.file,
         audit_syslog=settings.syslog, engine=audit.detect_engine())
