@@ -297,3 +297,20 @@ class TestSinks:
         inv.note("debug2", "kept")
         inv.note("debug3", "dropped")
         assert ["kept"] == [json.loads(line)["msg"] for line in log.read_text().splitlines()]
+
+
+class TestAnchorLevels:
+    def test_log_level_reaches_anchor(self, fresh_structlog: None, tmp_path: Path) -> None:
+        """--log-level rides in the anchor's spec; its logging setup applies it."""
+        from scrun_py.anchor.__main__ import _configure_logging
+        from scrun_py.anchor.spec import AnchorSpec
+
+        spec = AnchorSpec(container_id="c1", root=str(tmp_path), orig_bundle="", pid_file="",
+                          console_socket="", log_path=str(tmp_path / "log.json"),
+                          log_format="json", debug=False, verbosity=0, slurm_conf="",
+                          ready_fd=-1, created="", log_level="debug3")
+        spec = AnchorSpec.from_json(spec.to_json())
+        _configure_logging(spec, {})
+        sinks = next(p for p in structlog.get_config()["processors"]
+                     if isinstance(p, logs.Sinks))
+        assert (8, 8, 100) == (sinks.stderr_level, sinks.file_level, sinks.syslog_level)
