@@ -1,9 +1,9 @@
 """Slurm backend that drives Slurm's own client commands (salloc, srun, scancel, squeue).
 
-Works with every Slurm from 22.05 on; what differs between releases is decided here
-(srun's --container-id exists from 23.02).  The allocation is a salloc whose command
-reports the job environment and then waits for the anchor to send the exit code, so
-the job is recorded as COMPLETED/FAILED rather than CANCELLED.
+Works with every Slurm from 22.05 on; what differs between releases is decided here,
+from slurm/releases.py (srun's --container-id exists from 23.02).  The allocation is a
+salloc whose command reports the job environment and then waits for the anchor to send
+the exit code, so the job is recorded as COMPLETED/FAILED rather than CANCELLED.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import IO
 from scrun_py import procs
 from scrun_py.errors import AllocationFailed, SlurmError, StepLaunchFailed
 from scrun_py.slurm import argv as slurm_argv
-from scrun_py.slurm import parse
+from scrun_py.slurm import parse, releases
 from scrun_py.slurm.backend import Allocation, JobInfo, Step, StepRequest
 from scrun_py.slurm.options import JOB_NAME
 
@@ -237,7 +237,8 @@ class CliSlurm:
         argv = slurm_argv.build_srun_argv(
             job_id=req.job_id, container_id=req.container_id, bundle=req.bundle,
             args=req.args, step_opts=req.step_opts, srun_path=self._srun,
-            srun_args=self._srun_args, pty=req.pty, container_id_flag=version >= (23, 2))
+            srun_args=self._srun_args, pty=req.pty,
+            container_id_flag=releases.has(version, "--container-id"))
         kwargs: dict[str, object]
         if req.pty_slave is not None:
             slave = req.pty_slave

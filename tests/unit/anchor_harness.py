@@ -20,7 +20,7 @@ from scrun_py.slurm.options import JobOptions
 from tests.unit.fake_slurm import FakeHooks, FakeSlurm
 
 CID = "c1"
-TIMEOUT_S = 5.0
+TIMEOUT_S = 15.0
 
 
 class Harness:
@@ -180,4 +180,4 @@ class Harness:
 
 
 def run(test: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    asyncio.run(asyncio.wait_for(test(), 20))
+    asyncio.run(asyncio.wait_for(test(), 60))
