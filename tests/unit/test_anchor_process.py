@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -151,3 +152,42 @@ class TestAnchorProcess:
         assert result is not None
         assert "process.terminal is true but no --console-socket was given" == result["message"]
 
+
+    def test_terminal_master_goes_to_the_console_socket(self, tmp_path: Path, fake: FakeSlurm,
+                                                        pipe: tuple[int, int]) -> None:
+        """process.terminal: once created, the pty master is sent to --console-socket
+        (runc's message: the pty name, SCM_RIGHTS with the fd); the step gets the slave."""
+        spec = make_spec(tmp_path, pipe[1])
+        info = dict(spec.bundle_info)
+        info["config"] = {**info["config"], "process": {"args": ["sh"], "terminal": True}}
+        console = tmp_path / "console.sock"
+        spec = AnchorSpec(**{**spec.__dict__, "bundle_info": info,
+                             "console_socket": str(console)})
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(str(console))
+        listener.listen(1)
+
+        def receive() -> tuple[bytes, list[int]]:
+            conn, _ = listener.accept()
+            with conn:
+                msg, fds, _flags, _addr = socket.recv_fds(conn, 1024, 1)
+            return msg, fds
+
+        async def body() -> None:
+            anchor = asyncio.create_task(anchor_main._amain(spec))
+            msg, fds = await asyncio.to_thread(receive)
+            assert msg.startswith(b"/dev/pts/")
+            assert 1 == len(fds)
+            os.close(fds[0])
+            await asyncio.to_thread(readiness.read_result, pipe[0], 5)
+            await asyncio.to_thread(request, Path(spec.root), "start")
+            assert fake.launches[0].pty
+            assert fake.launches[0].pty_slave is not None
+            assert fake.step is not None
+            fake.step.exit(0)
+            assert 0 == await anchor
+
+        try:
+            asyncio.run(body())
+        finally:
+            listener.close()
