@@ -16,10 +16,17 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
+from scrun_py import flags
+
 _VERSION_ARGV = (["--version"], ["-v"], ["-V"], ["version"])
-_VALUE_GLOBALS = {"--root": "--root", "--log": "--log", "--log-format": "--log-format",
-                  "-f": "-f", "--slurm-conf": "-f"}
-_FLAG_GLOBALS = ("--systemd-cgroup",)
+# From the flags table: the globals with a value the fast path understands (every
+# spelling → the first one), the ignored boolean globals docker sends, delete's --force.
+_VALUE_GLOBALS = {name: f.names[0] for f in flags.verb_flags("")
+                  if f.dest in ("root", "log_path", "log_format", "slurm_conf")
+                  for name in f.names}
+_FLAG_GLOBALS = tuple(n for f in flags.verb_flags("") if f.dest == "systemd_cgroup"
+                      for n in f.names)
+_FORCE = next(f.names for f in flags.verb_flags("delete") if f.dest == "force")
 _VERBS = ("state", "start", "delete")
 
 
@@ -53,7 +60,7 @@ def _fast_call(argv: list[str]) -> dict[str, str] | None:
     if not rest or rest[0] not in _VERBS:
         return None
     verb, args = rest[0], rest[1:]
-    force = verb == "delete" and bool(args) and args[0] in ("--force", "-f")
+    force = verb == "delete" and bool(args) and args[0] in _FORCE
     if force:
         args = args[1:]
     if len(args) != 1 or args[0].startswith("-"):
