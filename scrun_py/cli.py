@@ -17,7 +17,7 @@ import click
 from scrun_py import flags, version_text
 from scrun_py.errors import NotSupported, ScrunError
 from scrun_py.logs import fatal_record
-from scrun_py.settings import Invocation
+from scrun_py.settings import Invocation, log_file
 
 VERSION_TEXT = version_text()
 UNSUPPORTED = tuple(v.name for v in flags.VERBS if not v.supported)
@@ -236,7 +236,7 @@ def _log_target(argv: list[str]) -> tuple[Path | None, str]:
         else:
             continue
         if name == "--log":
-            log_path = Path(value)
+            log_path = log_file(value)
         elif value in ("text", "json"):
             fmt = value
     return log_path, fmt

@@ -13,7 +13,6 @@ delays the engine, which waits for us.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import NoReturn
 
 from scrun_py import flags
@@ -89,20 +88,20 @@ def _run_fast(call: dict[str, str]) -> int:
     through click (cli.main), including errors nobody expected."""
     from scrun_py.errors import ScrunError
     from scrun_py.logs import fatal_record
+    from scrun_py.settings import log_file
 
-    log_path = call.get("--log")
+    log_path = log_file(call.get("--log"))
     log_format = call.get("--log-format", "text")
     try:
         return _dispatch(call)
     except ScrunError as exc:
-        fatal_record(str(exc), Path(log_path) if log_path else None, log_format)
+        fatal_record(str(exc), log_path, log_format)
         return exc.exit_code
     except KeyboardInterrupt:
-        fatal_record("interrupted", Path(log_path) if log_path else None, log_format)
+        fatal_record("interrupted", log_path, log_format)
         return 130
     except Exception as exc:  # never a bare traceback as the only output
-        fatal_record(f"internal error: {exc!r}", Path(log_path) if log_path else None,
-                     log_format)
+        fatal_record(f"internal error: {exc!r}", log_path, log_format)
         return 1
 
 

@@ -200,7 +200,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("", ("--root",), "root", "DIR", "applied", _RUNC_CRUN,
          "Directory for container state."),
     Flag("", ("--log",), "log_path", "FILE", "applied", _RUNC_CRUN,
-         "Append log records (always the error that ends a command) to this file."),
+         "Append log records (always the error that ends a command) to this file; crun's "
+         "file:PATH form too (its syslog: and journald: forms are refused)."),
     Flag("", ("--log-format",), "log_format", "FORMAT", "applied", _RUNC_CRUN,
          "Format of the --log records.", kind="choice", choices=("text", "json"),
          default="text"),

@@ -40,12 +40,16 @@ class Invocation:
         The diagnostics levels come from SCRUN_*DEBUG, --log-level, --debug and -v; a
         bad level word is a ConfigError naming its source.
         """
+        from scrun_py.errors import ConfigError
         from scrun_py.logs import env_levels
 
+        if log_path is not None and log_file(log_path) is None:
+            raise ConfigError(f"--log {log_path}: only a file ([file:]PATH) is supported; "
+                              "for syslog use SCRUN_SYSLOG_DEBUG")
         lv = env_levels(os.environ if environ is None else environ, debug=debug,
                         verbosity=verbosity, log_level=log_level)
         return cls(root=Path(os.path.abspath(root)) if root is not None else default_root(),
-                   log_path=Path(log_path) if log_path is not None else None,
+                   log_path=log_file(log_path),
                    log_format=log_format, debug=debug, verbosity=verbosity,
                    slurm_conf=(Path(os.path.abspath(slurm_conf)) if slurm_conf is not None
                                else None),
@@ -66,6 +70,19 @@ class Invocation:
             return self.slurm_conf
         env = os.environ.get("SLURM_CONF")
         return Path(env) if env else DEFAULT_SLURM_CONF
+
+
+def log_file(value: str | Path | None) -> Path | None:
+    """The file of `--log`: a path, or crun's `file:PATH`; None for crun's other
+    destinations (`syslog:ID`, `journald:ID`) and for no --log."""
+    if value is None:
+        return None
+    text = str(value)
+    if text.startswith("file:"):
+        return Path(text.removeprefix("file:"))
+    if text.startswith(("syslog:", "journald:")):
+        return None
+    return Path(text)
 
 
 def default_root(environ: dict[str, str] | None = None, uid: int | None = None) -> Path:

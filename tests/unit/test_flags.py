@@ -304,3 +304,22 @@ class TestClickBuiltFromTable:
         if not verb:
             expected |= {"-V", "--version"}
         assert expected == declared
+
+
+class TestLogDestination:
+    def test_file_prefix(self, tmp_path: Path) -> None:
+        """crun's `--log file:PATH` writes to PATH (click path and fast path)."""
+        log = tmp_path / "log.json"
+        assert 1 == run(["--log", f"file:{log}", "--log-format", "json", "--root",
+                         str(tmp_path), "state", "nope"])
+        assert "container does not exist" == json.loads(log.read_text())["msg"]
+
+    @pytest.mark.parametrize("value", ["syslog:scrun", "journald:scrun"])
+    def test_other_destinations_refused(self, value: str, tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+        """crun's syslog:/journald: destinations fail on one line naming the way to
+        syslog, instead of writing a file with that name."""
+        assert 1 == run(["--log", value, "--root", str(tmp_path), "state", "nope"])
+        assert [f"scrun-py: --log {value}: only a file ([file:]PATH) is supported; for "
+                "syslog use SCRUN_SYSLOG_DEBUG"] == capsys.readouterr().err.splitlines()
+        assert [] == [p for p in tmp_path.iterdir() if ":" in p.name]
