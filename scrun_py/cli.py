@@ -41,7 +41,7 @@ def _print_usage(ctx: click.Context, _param: click.Parameter, value: bool) -> No
 
 def _option(flag: flags.Flag) -> click.Option:
     """The click option for one row of flags.FLAGS."""
-    common: dict[str, Any] = {"help": flag.help, "hidden": flag.effect == "ignored"}
+    common: dict[str, Any] = {"help": flag.help}
     if flag.kind == "count":
         return click.Option([*flag.names, flag.dest], count=True, **common)
     if flag.value is None:

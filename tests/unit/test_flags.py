@@ -255,6 +255,13 @@ class TestKillAll:
         assert "init process" in flag.help
         assert "ignored" == flag.effect
 
+    def test_help_output(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """`kill --help` shows --all with the table's text (ignored flags are listed too)."""
+        assert 0 == run(["kill", "--help"])
+        out = " ".join(capsys.readouterr().out.split())
+        assert "-a, --all (accepted and ignored, as in Slurm's scrun: the signal goes to the " \
+               "container's init process through oci.conf RunTimeKill" in out
+
     def test_all_does_not_change_the_call(self, tmp_path: Path) -> None:
         """With or without --all, kill.run gets the same arguments."""
         calls: list[Any] = []
