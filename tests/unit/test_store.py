@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from scrun_py import spool, store
+from scrun_py import procs, spool, store
 from scrun_py.errors import ContainerNotFound, InvalidContainerId, ScrunError
 from scrun_py.status import Status
 
@@ -37,7 +37,7 @@ def _live(status: Status, start: str | None = None) -> store.ContainerRecord:
     """A record whose anchor is this test process."""
     pid = os.getpid()
     return _record(status=status.value, anchor_pid=pid,
-                   anchor_start=store.process_start_time(pid) if start is None else start)
+                   anchor_start=procs.process_start_time(pid) if start is None else start)
 
 
 class TestSaveLoad:
@@ -141,7 +141,7 @@ class TestEffectiveStatus:
 
     def test_reused_pid_reads_stopped(self) -> None:
         """A live pid with a different start time is someone else's process: stopped."""
-        own = store.process_start_time(os.getpid())
+        own = procs.process_start_time(os.getpid())
         record = _live(Status.RUNNING, start=str(int(own) + 1))
         assert Status.STOPPED is store.effective_status(record)
 
@@ -158,13 +158,13 @@ class TestEffectiveStatus:
 class TestProcessStartTime:
     def test_own_process(self) -> None:
         """The current process has a decimal start time."""
-        assert store.process_start_time(os.getpid()).isdigit()
+        assert procs.process_start_time(os.getpid()).isdigit()
 
     def test_stable(self) -> None:
         """Two reads of the same process agree."""
         pid = os.getpid()
-        assert store.process_start_time(pid) == store.process_start_time(pid)
+        assert procs.process_start_time(pid) == procs.process_start_time(pid)
 
     def test_missing_process(self) -> None:
         """A pid with no process gives ''."""
-        assert "" == store.process_start_time(IMPOSSIBLE_PID)
+        assert "" == procs.process_start_time(IMPOSSIBLE_PID)
