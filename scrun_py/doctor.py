@@ -73,10 +73,11 @@ class Doctor:
         if missing:
             return Check("Slurm client commands", FAIL, "missing: " + ", ".join(missing),
                          "install Slurm's client commands (Debian: slurm-client)")
-        rc, out = _run(["srun", "--version"], env=self.env)
-        if rc == 0:
-            from scrun_py.slurm.parse import parse_version
+        from scrun_py.slurm.argv import build_version_argv
+        from scrun_py.slurm.parse import parse_version
 
+        rc, out = _run(build_version_argv(), env=self.env)
+        if rc == 0:
             self.version = parse_version(out)
         if self.version is None:
             return Check("Slurm client commands", FAIL, f"srun --version: {out[:200]}",

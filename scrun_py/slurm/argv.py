@@ -65,6 +65,11 @@ def build_scancel_argv(job_id: int, *, signal: int | None = None, full: bool = F
     return argv
 
 
+def build_version_argv(srun_path: str = "srun") -> list[str]:
+    """The Slurm release of the client commands (parsed by parse.parse_version)."""
+    return [srun_path, "--version"]
+
+
 def build_step_list_argv(job_id: int) -> list[str]:
     return ["squeue", "--noheader", "--steps", f"--jobs={job_id}", "--format=%i|%j"]
 

@@ -316,7 +316,7 @@ class CliSlurm:
 
     async def _probe_version(self) -> tuple[int, int]:
         try:
-            res = await self._run([self._srun, "--version"], timeout_s=15)
+            res = await self._run(slurm_argv.build_version_argv(self._srun), timeout_s=15)
         except SlurmError:
             return OLDEST
         version = parse.parse_version(res.text)

@@ -110,6 +110,9 @@ CASES: dict[str, tuple[str, Callable[[], Rendered]]] = {
         lambda: slurm_argv.build_command_step_argv(
             job_id=42, command='echo "$SLURMD_NODENAME"', srun_path="/opt/slurm/bin/srun",
             srun_args=["--verbose"], name="scrun-signal", overlap=False)),
+    "version": (
+        "build_version_argv('/opt/slurm/bin/srun')",
+        lambda: slurm_argv.build_version_argv("/opt/slurm/bin/srun")),
     "scancel_job": (
         "build_scancel_argv(42)",
         lambda: slurm_argv.build_scancel_argv(42)),
