@@ -31,7 +31,7 @@ fi
 
 BUILD_DEPS=(build-essential libmunge-dev libjson-c-dev liblua5.1-0-dev libyaml-dev libdbus-1-dev
             libhttp-parser-dev libjwt-dev libreadline-dev liblz4-dev zlib1g-dev pkg-config
-            debian-archive-keyring)
+            debian-archive-keyring python3)
 missing=()
 for p in "${BUILD_DEPS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
