@@ -7,13 +7,10 @@ stays importable (and testable) without a Lua runtime.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
 import re
-import signal
-import subprocess
 import sysconfig
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -24,7 +21,6 @@ from scrun_py.hooks.spec import TIME_STR_INFINITE, TIME_STR_INVALID
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 MAX_DEPTH = 200
-TIMEOUT_STATUS = 124  # what GNU timeout(1) exits with; Slurm itself has no timeout here
 
 
 # -- time strings ---------------------------------------------------------------------------
@@ -104,28 +100,17 @@ def command_env(env: Mapping[str, str]) -> dict[str, str]:
     return merged
 
 
-def run_command(argv: list[str], env: Mapping[str, str],
-                timeout_s: float | None) -> tuple[int, bytes, bool]:
-    """Run ``argv`` with stdin from /dev/null; return (status, stdout+stderr, timed_out).
+def run_command(argv: list[str], env: Mapping[str, str]) -> tuple[int, bytes]:
+    """Run ``argv`` with stdin from /dev/null and no time limit, as Slurm does; return
+    (status, stdout+stderr).
 
-    ``status`` is the exit code, 128+N for death by signal N, 127 when the program cannot
-    be started and 124 after ``timeout_s`` (the whole process group is killed).
+    ``status`` is the exit code, 128+N for death by signal N, and 127 when the program
+    cannot be started.
     """
-    try:
-        proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, env=command_env(env), start_new_session=True)
-    except OSError as exc:
-        return 127, f"{argv[0]}: {exc.strerror}\n".encode(), False
-    try:
-        out, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        return TIMEOUT_STATUS, out, True
-    status = proc.returncode
-    return (128 - status if status < 0 else status), out, False
+    from scrun_py import procs
+
+    result = procs.run(argv, env=command_env(env), timeout_s=None)
+    return result.status, result.output
 
 
 # -- runtime setup ---------------------------------------------------------------------------

@@ -61,7 +61,6 @@ class HookContext:
     group_id: int
     env: dict[str, str]
     remote_argv: Callable[[str], list[str]]
-    command_timeout_s: float | None = None
 
 
 class Hooks(Protocol):
@@ -325,11 +324,8 @@ class LuaHooks:
         log = self._logger()
         log.debug("lua command started", script=str(self.script), where=where, cmd=cmd)
         started = time.monotonic()
-        status, output, timed_out = _builtins.run_command(argv, ctx.env, ctx.command_timeout_s)
+        status, output = _builtins.run_command(argv, ctx.env)
         elapsed_s = round(time.monotonic() - started, 3)
-        if timed_out:
-            log.warning("lua command timed out", script=str(self.script), where=where,
-                        cmd=cmd, timeout_s=ctx.command_timeout_s)
         log.debug("lua command finished", script=str(self.script), where=where,
                   status=status, elapsed_s=elapsed_s)
         return status, output

@@ -406,13 +406,6 @@ class TestCommands:
             return (slurm.allocator_command("kill -9 $$"))
         """)
 
-    def test_timeout(self, lua_script: LuaScript, tmp_path: Path) -> None:
-        """A command running past command_timeout_s is killed and has status 124."""
-        assert [124, "started\n"] == run_in_hook(lua_script, tmp_path, """
-            local st, out = slurm.allocator_command("echo started; sleep 30")
-            return { st, out }
-        """, command_timeout_s=0.3)
-
     def test_remote_command(self, lua_script: LuaScript, tmp_path: Path) -> None:
         """remote_command runs the argv built by remote_argv for the command."""
         seen: list[str] = []
