@@ -32,13 +32,16 @@ def run(inv: Invocation, container_id: str, force: bool) -> None:
         raise
     status = store.effective_status(record)
     if status is not Status.STOPPED:
-        if status is Status.RUNNING and not force:
-            raise ContainerStillRunning()
+        # The anchor decides from its own phase (state.json may lag behind it): without
+        # --force it refuses a running container with runc's words, and kills and
+        # deletes a created one, as runc does.
         try:
             client.request(inv.root, container_id, "delete", timeout_s=None, force=force)
         except AnchorUnreachable:
             pass
         _wait_anchor_exit(record)
+        if not force and status is Status.RUNNING and store.anchor_alive(record):
+            raise ContainerStillRunning(container_id)  # alive, yet it does not answer
     else:
         _clean_after_dead_anchor(inv, record)
     if record.pid_file and record.anchor_pid:
@@ -68,12 +71,7 @@ def _clean_after_dead_anchor(inv: Invocation, record: store.ContainerRecord) -> 
     """The anchor died without finishing (e.g. SIGKILL): end its job ourselves."""
     if record.status == Status.STOPPED.value or not record.job_id or not record.owns_job:
         return
-    import subprocess
-
+    from scrun_py import procs
     from scrun_py.slurm.argv import build_scancel_argv
 
-    try:
-        subprocess.run(build_scancel_argv(record.job_id), capture_output=True, timeout=30,
-                       check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        pass
+    procs.run(build_scancel_argv(record.job_id), timeout_s=30)

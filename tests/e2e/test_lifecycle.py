@@ -136,7 +136,7 @@ class TestLifecycle:
         _wait_status(env, "df", "running")
         refused = env.run("delete", "df")
         assert 0 != refused.returncode
-        assert "container still running" in refused.stderr
+        assert "cannot delete container df that is not stopped: running" in refused.stderr
         res = env.run("delete", "--force", "df")
         assert 0 == res.returncode, res.stderr
         assert 137 == created.wait_exit(timeout=60)

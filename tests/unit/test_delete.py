@@ -1,0 +1,131 @@
+"""Unit tests for scrun_py.commands.delete: who decides whether a container may go.
+
+Without --force the anchor decides from its lifecycle phase (a running container is
+refused with runc's words, a created one is killed and deleted); the client only falls
+back on its own when the anchor cannot answer.  The anchor here is this test process
+(alive, with its real start time); its answers are stubbed at `client.request`.
+"""
+
+# Expected value first, as everywhere in our tests (hence SIM300 is off for tests/).
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from unittest import mock
+
+import pytest
+
+from scrun_py import cli, spool, store
+from scrun_py.commands import delete
+from scrun_py.errors import AnchorUnreachable, ContainerStillRunning
+
+# Above the kernel's PID_MAX_LIMIT (4194304): no process can ever have this pid.
+IMPOSSIBLE_PID = 4_194_305
+RUNC_REFUSAL = "cannot delete container c1 that is not stopped: running"
+
+
+def run(argv: list[str]) -> int:
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    code = info.value.code
+    return code if isinstance(code, int) else (0 if code is None else 1)
+
+
+@pytest.fixture
+def tmp_root(tmp_path: Path) -> Path:
+    root = tmp_path / "root"
+    root.mkdir(mode=0o700)
+    return root
+
+
+def _stored(root: Path, status: str, anchor_pid: int, **fields: object) -> Path:
+    cdir = spool.make_container_dir(root, "c1")
+    record = store.ContainerRecord(id="c1", bundle="/b/c1", rootfs="/b/c1/rootfs",
+                                   status=status, anchor_pid=anchor_pid,
+                                   created="2024-01-02T03:04:05.000000Z", owner="tuser",
+                                   job_id=0)
+    for key, value in fields.items():
+        setattr(record, key, value)
+    store.save(root, record)
+    return cdir
+
+
+def _live(root: Path, status: str) -> Path:
+    """A record whose anchor is this (live) process."""
+    pid = os.getpid()
+    return _stored(root, status, pid, anchor_start=store.process_start_time(pid))
+
+
+class TestDelete:
+    def test_running_refused_by_the_anchor(self, tmp_root: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+        """delete of a running container asks the anchor (force=False) and shows its
+        refusal, runc's exact message, on one line; nothing is removed."""
+        cdir = _live(tmp_root, "running")
+        with mock.patch("scrun_py.client.request",
+                        side_effect=ContainerStillRunning("c1")) as request:
+            assert 1 == run(["--root", str(tmp_root), "delete", "c1"])
+        assert [mock.call(tmp_root, "c1", "delete", timeout_s=None, force=False)] == (
+            request.call_args_list)
+        err = capsys.readouterr().err
+        assert RUNC_REFUSAL in err
+        assert 1 == len(err.splitlines())
+        assert (cdir / spool.STATE_FILE).exists()
+
+    @pytest.mark.parametrize("force", [False, True])
+    def test_created_is_deleted(self, tmp_root: Path, force: bool) -> None:
+        """delete of a created container, with or without --force, has the anchor kill it
+        and removes every trace."""
+        cdir = _live(tmp_root, "created")
+        argv = ["--root", str(tmp_root), "delete", *(["--force"] if force else []), "c1"]
+        with mock.patch("scrun_py.client.request", return_value={}) as request, \
+                mock.patch.object(delete, "_wait_anchor_exit"):
+            assert 0 == run(argv)
+        assert force == request.call_args.kwargs["force"]
+        assert cdir.exists() is False
+
+    def test_running_force(self, tmp_root: Path) -> None:
+        """delete --force of a running container goes through the anchor and succeeds."""
+        cdir = _live(tmp_root, "running")
+        with mock.patch("scrun_py.client.request", return_value={}) as request, \
+                mock.patch.object(delete, "_wait_anchor_exit"):
+            assert 0 == run(["--root", str(tmp_root), "delete", "--force", "c1"])
+        assert request.call_args.kwargs["force"] is True
+        assert cdir.exists() is False
+
+    def test_running_anchor_alive_but_silent(self, tmp_root: Path,
+                                             capsys: pytest.CaptureFixture[str],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+        """An anchor that is alive yet cannot be reached is not deleted under a running
+        container without --force: runc's refusal, everything kept."""
+        cdir = _live(tmp_root, "running")
+        monkeypatch.setattr(delete, "ANCHOR_EXIT_WAIT_S", 0.0)
+        with mock.patch("scrun_py.client.request", side_effect=AnchorUnreachable("gone")):
+            assert 1 == run(["--root", str(tmp_root), "delete", "c1"])
+        assert RUNC_REFUSAL in capsys.readouterr().err
+        assert (cdir / spool.STATE_FILE).exists()
+
+    def test_dead_anchor_job_is_cancelled(self, tmp_root: Path, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+        """A running record whose anchor died: delete runs `scancel JOB` itself (here a
+        stand-in on PATH that records its argv) and removes the container."""
+        bindir = tmp_path / "bin"
+        bindir.mkdir()
+        seen = tmp_path / "scancel.args"
+        fake = bindir / "scancel"
+        fake.write_text(f'#!/bin/sh\necho "$@" > {seen}\n')
+        fake.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+        cdir = _stored(tmp_root, "running", IMPOSSIBLE_PID, job_id=42, owns_job=True)
+        assert 0 == run(["--root", str(tmp_root), "delete", "c1"])
+        assert "42\n" == seen.read_text()
+        assert cdir.exists() is False
+
+    def test_dead_anchor_scancel_missing(self, tmp_root: Path, tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+        """No scancel to run is no failure of delete: the container still goes."""
+        monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+        cdir = _stored(tmp_root, "running", IMPOSSIBLE_PID, job_id=42, owns_job=True)
+        assert 0 == run(["--root", str(tmp_root), "delete", "c1"])
+        assert cdir.exists() is False
