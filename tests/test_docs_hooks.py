@@ -1,6 +1,6 @@
 """Docs tests: docs/hooks.md covers every hook, every slurm.* function and every constant."""
 
-# Expected value first (style.md 7.11) conflicts with SIM300 (yoda); the style guide wins.
+# Expected value first, as everywhere in our tests (hence SIM300 is off for tests/).
 
 from __future__ import annotations
 

@@ -62,8 +62,8 @@ class Bundle:
     def imported_env(self) -> dict[str, str]:
         """SCRUN_* and SLURM_* entries of process.env: what `docker run -e` may steer.
 
-        Slurm imports every entry into its own environment (scrun.md §14.1);
-        we import only these two prefixes.
+        Slurm's scrun means to import only these two prefixes too, but its prefix check
+        lets every entry into its own environment; we import only these two.
         """
         out: dict[str, str] = {}
         for entry in self.config.process.env:

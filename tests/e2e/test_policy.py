@@ -2,7 +2,7 @@
 the container itself observes, and refusals that name the rule, through the CLI and
 through docker and rootless podman."""
 
-# Expected value first (style.md 7.11) conflicts with SIM300 (yoda); the style guide wins.
+# Expected value first, as everywhere in our tests (hence SIM300 is off for tests/).
 
 from __future__ import annotations
 
