@@ -57,7 +57,7 @@ resolve_release() {
     PACKAGED=$(packaged_release)
     RELEASE=${RELEASE:-$PACKAGED}
     PREFIX=""
-    CTLD_PORT=6817
+    CTLD_PORT=${SCRUN_TEST_PORT:-6817}  # the packaged release's cluster: 6817 and 6818
     FIRST_JOB_ID=""
     STATE=$STATE_BASE
     CLUSTER_NAME=scrunpy
