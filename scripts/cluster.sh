@@ -256,12 +256,27 @@ make_venv() {
         mkdir -p "$(dirname "$VENV")"
         /usr/bin/python3 -m venv "$VENV"
     fi
+    # An editable install follows the checkout, but the test user runs scrun-py from it:
+    # a checkout the user cannot read (root's home is 0700) gets a copy, renewed when the
+    # checkout's files change.
+    local src=$REPO stamp
+    if runuser -u "$TEST_USER" -- test -r "$REPO/scrun_py/__init__.py" 2>/dev/null; then
+        stamp="editable $REPO"
+    else
+        stamp="copy $REPO $(cd "$REPO" && find scrun_py pyproject.toml -type f -newer "$VENV/bin/python" \
+                 -printf '%p %T@\n' 2>/dev/null | sort | md5sum | cut -c1-32)"
+    fi
     if ! "$VENV/bin/python" -c 'import scrun_py, lupa, pytest' 2>/dev/null ||
-       [ "$(cat "$VENV/.scrun-src" 2>/dev/null)" != "$REPO" ]; then
-        log "installing scrun-py into $VENV"
+       [ "$(cat "$VENV/.scrun-src" 2>/dev/null)" != "$stamp" ]; then
+        log "installing scrun-py into $VENV (${stamp%% *})"
         "$VENV/bin/pip" install -q --upgrade pip >/dev/null 2>&1 || true
-        "$VENV/bin/pip" install -q -e "$REPO[test]" >/dev/null
-        echo "$REPO" > "$VENV/.scrun-src"
+        if [ "${stamp%% *}" = editable ]; then
+            "$VENV/bin/pip" install -q -e "$src[test]" >/dev/null
+        else
+            "$VENV/bin/pip" install -q --force-reinstall --no-deps "$src" >/dev/null
+            "$VENV/bin/pip" install -q "$src[test]" >/dev/null
+        fi
+        echo "$stamp" > "$VENV/.scrun-src"
     fi
     chmod -R a+rX "$(dirname "$VENV")"
 }
