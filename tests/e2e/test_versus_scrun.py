@@ -162,19 +162,20 @@ class Side:
         """Marks every process of this side (the anchor is forked from `create`)."""
         return f"SCRUN_VERSUS_TAG={self.env.work}/{self.kind}"
 
-    def argv(self, *args: str) -> list[str]:
+    def argv(self, *args: str, root: bool = True) -> list[str]:
         exe = str(SLURM_SCRUN) if self.kind == "slurm" else str(SCRUN)
-        return self.env.user.argv([exe, "-f", str(self.conf / "slurm.conf"), "--root",
-                                   str(self.root), *args])
+        where = ["--root", str(self.root)] if root else []
+        return self.env.user.argv([exe, "-f", str(self.conf / "slurm.conf"), *where, *args])
 
     def environ(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         key, _, value = self.tag.partition("=")
         return self.env.user.env(**{key: value, **(extra or {})})
 
-    def call(self, *args: str, timeout: float = CALL_TIMEOUT_S,
+    def call(self, *args: str, timeout: float = CALL_TIMEOUT_S, root: bool = True,
              extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         try:
-            return subprocess.run(self.argv(*args), env=self.environ(extra), cwd=self.env.work,
+            return subprocess.run(self.argv(*args, root=root), env=self.environ(extra),
+                                  cwd=self.env.work,
                                   capture_output=True, text=True, timeout=timeout,
                                   stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired as exc:
@@ -874,6 +875,44 @@ class TestBadInput:
                  "kill": (0, "", ""), "kill --all": (0, "", "scrun: WARNING: ignoring --all "
                                                             "argument\n"),
                  "delete": (0, "", "")})
+
+
+class TestConfiguration:
+    def test_no_scrun_lua(self, user_env: Env, vconf: Path, results: Results) -> None:
+        (vconf / "scrun.lua").unlink()
+
+        def observe(side: Side, cid: str) -> dict[str, object]:
+            bundle = side.env.bundle(["true"], name=f"b-{cid}")
+            launch = side.create(cid, bundle)
+            obs: dict[str, object] = {"create": launch.rc, "stderr": normalize(
+                launch.stderr(), cid=cid).replace(str(vconf), "CONF"), "anchor exit": None}
+            if launch.pid:
+                side.call("start", cid)
+                obs["anchor exit"] = side.wait_exit(launch.pid)
+                side.call("delete", cid)
+            obs["left"] = [normalize(t, cid=cid) for t in side.traces(cid)]
+            return obs
+        compare(results, "configuration: no scrun.lua", user_env, vconf, observe,
+                {"create": 0, "stderr": "", "anchor exit": 0, "left": []},
+                # Slurm's scrun needs the script (with both functions) even when there is
+                # nothing to stage; its spool dir stays
+                {"create": 1, "anchor exit": None, "left": ["dir CID"],
+                 "stderr": "scrun: error: scrun: Unable to stat CONF/scrun.lua: No such file "
+                           "or directory\nscrun: fatal: init_lua: unable to load lua script "
+                           "CONF/scrun.lua: Unspecified error\n"})
+
+    def test_root_without_root_option(self, cluster: Path, vconf: Path,
+                                      results: Results) -> None:
+        """As root without XDG_RUNTIME_DIR (root podman passes no --root)."""
+        def observe(side: Side, cid: str) -> dict[str, object]:
+            res = side.call("state", cid, root=False)
+            return {"state": (res.returncode, res.stdout, normalize(res.stderr, cid=cid))}
+        for env in _make_env(User.named("root")):
+            compare(results, "configuration: no --root as root", env, vconf, observe,
+                    {"state": (1, "", "scrun-py: container does not exist\n")},
+                    {"state": (1, "", "scrun: fatal: scrun is being run as root and is "
+                                      "likely inside of a username space. Refusing to guess "
+                                      "path for --root. It must be explicilty provided.\n")})
 
 
 def bad_create(side: Side, cid: str, bundle: Path) -> dict[str, object]:
