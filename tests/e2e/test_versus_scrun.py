@@ -1100,6 +1100,7 @@ class TestEngines:
                  "run -i cat": (0, "hello\nworld\n", ""), "bad partition": bad,
                  "bad partition message": True},
                 # the exit code is lost (srun's raw status cut to 8 bits) and srun's
-                # report lands in the container's stderr
+                # report lands in the container's stderr; docker cannot read Slurm's JSON
+                # error log (its time has no zone), so the reason is not shown
                 {"run exit 42": (0, "hi\npart=other name=scrun\n", SRUN_EXIT_42[0] + "\n"),
                  **({"bad partition message": False} if eng.engine == "docker" else {})})
