@@ -206,7 +206,7 @@ def versus_conf(work: Path) -> Path:
     for kind, exe in (("py", SCRUN), ("slurm", str(SLURM_BIN / "scrun"))):
         # podman passes no --root; Slurm's scrun will not guess one as root
         (conf / f"runtime-{kind}").write_text(
-            f"#!/bin/sh\n[ -n \"$XDG_RUNTIME_DIR\" ] || set -- --root /run/{kind}-bench \"$@\"\n"
+            f"#!/bin/sh\n[ -n \"$XDG_RUNTIME_DIR\" ] || set -- --root {conf}/root-{kind} \"$@\"\n"
             f"exec {exe} -f {conf}/slurm.conf \"$@\"\n")
         os.chmod(conf / f"runtime-{kind}", 0o755)
     (conf / "containers.conf").write_text(

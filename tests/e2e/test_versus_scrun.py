@@ -935,7 +935,7 @@ PODMAN_ROOT_ULIMITS = ("--ulimit", "nofile=20000:20000", "--ulimit", "nproc=3276
 WRAPPER = """#!/bin/sh
 # podman passes no --root; as uid 0 without XDG_RUNTIME_DIR (root podman) Slurm's scrun
 # refuses to guess one, scrun-py uses /run/scrun
-[ -n "$XDG_RUNTIME_DIR" ] || [ "{kind}" = py ] || set -- --root /run/slurm-scrun "$@"
+[ -n "$XDG_RUNTIME_DIR" ] || [ "{kind}" = py ] || set -- --root {conf}/slurm-root "$@"
 exec {exe} -f {conf}/slurm.conf "$@"
 """
 
