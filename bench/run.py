@@ -20,6 +20,7 @@ the run left out of the timings (never retried).
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import pwd
@@ -400,6 +401,7 @@ def main() -> None:
     pw = pwd.getpwnam(USER)
     env = user_env(pw)
     work = Path(tempfile.mkdtemp(prefix="scrun-bench-", dir="/tmp"))
+    atexit.register(shutil.rmtree, work, True)  # also when a row fails
     os.chmod(work, 0o755)
     # podman runs the runtime in podman's working directory, and scrun-py's anchor
     # (`python -m`) would import a scrun_py package found there (this checkout's)
