@@ -4,8 +4,9 @@ Each scenario runs through both runtimes with the same bundle, the same user, th
 configuration directory (a copy of the cluster's: slurm.conf, oci.conf with SrunPath set
 to the release's srun, and a scrun.lua, which Slurm's scrun requires) and the same steps.
 Each observation of the two is either equal, or differs exactly as documented (the
-`SLURM_DIFFERS` tables; docs/differences.md says why), so a change on either side fails
-a test.
+`slurm_differs` of each `compare` call; docs/differences.md says why), so a change on
+either side fails a test.  The outcome of every scenario (same, documented difference,
+Slurm's scrun hung) is written to RESULTS_FILE with both observations.
 
 Slurm's scrun sometimes hangs (24.11's anchor was seen spinning after the container
 exited).  Every call is guarded by a timeout; a hang is recorded as the scenario's result
@@ -105,7 +106,7 @@ def slurm_scrun(cluster: Path) -> Path:
 
 
 @pytest.fixture
-def vconf(slurm_scrun: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def vconf(slurm_scrun: Path) -> Iterator[Path]:
     """One configuration directory for both runtimes: the cluster's slurm.conf and
     oci.conf (plus SrunPath: Slurm's scrun starts srun with the job's environment, which
     has no PATH, so it would find the packaged srun of another release), and the shared
