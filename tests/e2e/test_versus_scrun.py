@@ -1091,6 +1091,7 @@ def _engine_env(name: str, who: str, engines: Engines) -> Iterator[EngineSide]:
             eng.remove_all()
 
 
+@pytest.mark.engines
 class TestEngines:
     def test_run(self, engine_side: EngineSide, results: Results) -> None:
         eng = engine_side
