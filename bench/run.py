@@ -6,11 +6,21 @@ Prints a Markdown table (median, min, max, ratio to the floor) and writes
 bench/results/latest.json.  Runs as the ordinary test user, like a real site; the
 `podman run --rm` / `docker run --rm` rows run the engines of `scripts/engines.sh` as root,
 each against the same command with its plain runtime (crun, runc).
+
+Where the release under test has Slurm's own scrun (23.02 and later:
+`$SCRUN_TEST_SLURM_PREFIX/bin/scrun` for a built release, /usr/bin/scrun when packaged),
+the same rows run through it side by
+side: lifecycle, `state`, anchor RSS, and `podman`/`docker run --rm` (a private dockerd
+with both runtimes registered), scrun-py and Slurm's scrun each given the same
+configuration directory (shared-filesystem scrun.lua, oci.conf with SrunPath).  Every
+call of Slurm's scrun has a timeout: a hang is counted, its anchor and job ended, and
+the run left out of the timings (never retried).
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import pwd
@@ -19,11 +29,15 @@ import statistics
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 
 STATE = Path(os.environ.get("SCRUN_TEST_STATE", "/var/lib/scrun-py-test"))
+SLURM_PREFIX = os.environ.get("SCRUN_TEST_SLURM_PREFIX", "")
+SLURM_BIN = Path(SLURM_PREFIX, "bin") if SLURM_PREFIX else Path("/usr/bin")
+REPO = Path(__file__).resolve().parents[1]
+HANG_S = 60
 VENV = Path(os.environ.get("SCRUN_TEST_VENV", "/opt/scrun-py/venv"))
 USER = os.environ.get("SCRUN_TEST_USER", "scruntest")
 SCRUN = str(VENV / "bin" / "scrun-py")
@@ -35,7 +49,8 @@ PODMAN_CRUN_ULIMITS = ("--ulimit", "nofile=20000:20000", "--ulimit", "nproc=3276
 
 
 def user_env(pw: pwd.struct_passwd) -> dict[str, str]:
-    return {"PATH": f"{VENV}/bin:/usr/bin:/bin", "HOME": pw.pw_dir, "USER": pw.pw_name,
+    slurm = f"{SLURM_PREFIX}/bin:" if SLURM_PREFIX else ""
+    return {"PATH": f"{VENV}/bin:{slurm}/usr/bin:/bin", "HOME": pw.pw_dir, "USER": pw.pw_name,
             "SLURM_CONF": str(STATE / "slurm.conf"), "XDG_RUNTIME_DIR": f"/run/user/{pw.pw_uid}"}
 
 
@@ -81,7 +96,9 @@ def engine_env() -> dict[str, str]:
     find the cluster through their own configuration, so no SLURM_CONF)."""
     out = subprocess.run([str(ENGINES_SH), "env"], capture_output=True, text=True,
                          check=True, timeout=60).stdout
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "HOME": "/root",
+    # a release built into a prefix: its salloc/srun first (scrun-py takes them from PATH)
+    slurm = f"{SLURM_PREFIX}/bin:" if SLURM_PREFIX else ""
+    env = {"PATH": f"{slurm}/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "HOME": "/root",
            "LANG": "C.UTF-8"}
     for line in out.splitlines():
         key, sep, value = line.partition("=")
@@ -101,15 +118,294 @@ def rss_kb(pid: int) -> int:
     return 0
 
 
+class Hang(Exception):
+    """A call of Slurm's scrun, or its anchor, did not end within HANG_S."""
+
+
+def slurm_scrun() -> Path | None:
+    """Slurm's own scrun of the release under test, if it has one."""
+    exe = SLURM_BIN / "scrun"
+    return exe if os.access(exe, os.X_OK) else None
+
+
+def call(argv: list[str], env: dict[str, str]) -> None:
+    try:
+        res = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, check=False,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=HANG_S)
+    except subprocess.TimeoutExpired as exc:
+        raise Hang(" ".join(argv[-2:])) from exc
+    if res.returncode != 0:
+        raise RuntimeError(f"{argv}: {res.stderr.decode()[-500:]}")
+
+
+def wait_gone(pid: int, what: str) -> None:
+    """Until the process is gone or a zombie (it is not our child)."""
+    deadline = time.monotonic() + HANG_S
+    while True:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return
+        if stat.rpartition(") ")[2][:1] in "ZX":
+            return
+        if time.monotonic() > deadline:
+            raise Hang(what)
+        time.sleep(0.002)
+
+
+def end_container(cid: str, env: dict[str, str]) -> None:
+    """After a hang: kill what Slurm's scrun left for this container id (its processes
+    carry the title `scrun: <id>`) and cancel its job (the job's ContainerID)."""
+    title = f"scrun: {cid}".encode()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if Path(f"/proc/{entry}/cmdline").read_bytes().startswith(title):
+                    os.kill(int(entry), 9)
+            except OSError:
+                pass
+    out = subprocess.run(["scontrol", "show", "job", "-o"], env=env, capture_output=True,
+                         text=True, timeout=60, check=False).stdout
+    for line in out.splitlines():
+        if f" ContainerID={cid} " in f" {line} " and "JobState=RUNNING" in line:
+            subprocess.run(["scancel", line.split()[0].partition("=")[2]], env=env,
+                           check=False, timeout=60)
+
+
+def guarded(fn: Callable[[str], None], n: int, cids: Callable[[], str],
+            on_hang: Callable[[str], None], warmup: int = 2) -> tuple[list[float], int]:
+    """Timings of n runs that did not hang, and the number that hung (after warm-up)."""
+    samples: list[float] = []
+    hangs = 0
+    for i in range(warmup + n):
+        cid = cids()
+        t = time.perf_counter()
+        try:
+            fn(cid)
+        except Hang:
+            if i >= warmup:
+                hangs += 1
+            on_hang(cid)
+            continue
+        if i >= warmup:
+            samples.append(time.perf_counter() - t)
+    return samples, hangs
+
+
+def versus_conf(work: Path) -> Path:
+    """One configuration directory for both runtimes: the cluster's slurm.conf and
+    oci.conf (plus SrunPath: Slurm's scrun starts srun without PATH) and the
+    shared-filesystem scrun.lua (Slurm's scrun needs one)."""
+    conf = work / "vconf"
+    conf.mkdir()
+    for name in ("slurm.conf", "cgroup.conf"):
+        if (STATE / name).exists():
+            shutil.copy(STATE / name, conf / name)
+    (conf / "oci.conf").write_text((STATE / "oci.conf").read_text()
+                                   + f"SrunPath={SLURM_BIN / 'srun'}\n")
+    shutil.copy(REPO / "lua" / "scrun.lua", conf / "scrun.lua")
+    for kind, exe in (("py", SCRUN), ("slurm", str(SLURM_BIN / "scrun"))):
+        # podman passes no --root; Slurm's scrun will not guess one as root
+        (conf / f"runtime-{kind}").write_text(
+            f"#!/bin/sh\n[ -n \"$XDG_RUNTIME_DIR\" ] || set -- --root {conf}/root-{kind} \"$@\"\n"
+            f"exec {exe} -f {conf}/slurm.conf \"$@\"\n")
+        os.chmod(conf / f"runtime-{kind}", 0o755)
+    (conf / "containers.conf").write_text(
+        '[containers]\nnetns = "none"\n\n[engine.runtimes]\n'
+        f'slurm = ["{conf}/runtime-py"]\nslurm-scrun = ["{conf}/runtime-slurm"]\n')
+    subprocess.run(["chmod", "-R", "a+rX", str(conf)], check=True)
+    return conf
+
+
+def private_dockerd(conf: Path) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
+    """A dockerd of our own with both runtimes registered (the engines' dockerd keeps
+    the documented configuration)."""
+    ddir = STATE / "bench-docker"
+    ddir.mkdir(exist_ok=True)
+    (ddir / "daemon.json").write_text(json.dumps({"runtimes": {
+        name: {"path": exe, "runtimeArgs": ["-f", f"{conf}/slurm.conf"]}
+        for name, exe in (("slurm", SCRUN), ("slurm-scrun", str(SLURM_BIN / "scrun")))}}))
+    env = {"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "DOCKER_HOST": f"unix://{ddir}/docker.sock"}
+    with open(ddir / "dockerd.log", "wb") as log:
+        proc = subprocess.Popen(
+            ["dockerd", "--config-file", str(ddir / "daemon.json"), "--host",
+             env["DOCKER_HOST"], "--data-root", str(ddir / "data"), "--exec-root",
+             str(ddir / "exec"), "--pidfile", str(ddir / "docker.pid"), "--iptables=false",
+             "--ip6tables=false", "--bridge=none", "--storage-driver=overlay2"],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while subprocess.run(["docker", "version"], env=env, capture_output=True,
+                         timeout=30, check=False).returncode != 0:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"private dockerd: {(ddir / 'dockerd.log').read_text()[-500:]}")
+        time.sleep(0.2)
+    image = "scrun-busybox"
+    if subprocess.run(["docker", "image", "inspect", image], env=env, capture_output=True,
+                      timeout=60, check=False).returncode != 0:
+        subprocess.run(["docker", "import", str(STATE / "engines" / "busybox.tar"), image],
+                       env=env, check=True, capture_output=True, timeout=120)
+    return proc, env
+
+
+def versus_rows(pw: pwd.struct_passwd, env: dict[str, str], work: Path, n: int,
+                counter: Iterator[int]) -> list[dict[str, object]]:
+    """scrun-py and Slurm's scrun side by side, same configuration, same bundles."""
+    conf = versus_conf(work)
+    exes = {"scrun-py": SCRUN, "Slurm's scrun": str(SLURM_BIN / "scrun")}
+    out: list[dict[str, object]] = []
+
+    def base(who: str) -> list[str]:
+        return as_user(pw, [exes[who], "-f", f"{conf}/slurm.conf", "--root",
+                            f"{work}/vroot-{'py' if who == 'scrun-py' else 'slurm'}"])
+
+    def lifecycle(who: str, cid: str) -> None:
+        pid_file = work / f"{cid}.pid"
+        proc = subprocess.Popen([*base(who), "create", "--bundle", str(work / "true"),
+                                 "--pid-file", str(pid_file), cid], env=env,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        try:
+            proc.wait(timeout=HANG_S)
+        except subprocess.TimeoutExpired as exc:
+            proc.kill()
+            raise Hang(f"create {cid}") from exc
+        call([*base(who), "start", cid], env)
+        wait_gone(int(pid_file.read_text()), f"anchor {cid}")
+        call([*base(who), "delete", cid], env)
+
+    def cids(prefix: str) -> Callable[[], str]:
+        return lambda: f"{prefix}{next(counter)}"
+
+    def row(what: str, fn: Callable[[str, str], None], prefix: str, runs: int,
+            on_hang: Callable[[str], None]) -> None:
+        res = {}
+        for who in exes:
+            samples, hangs = guarded(partial(fn, who), runs, cids(f"{prefix}{who[0]}"),
+                                     on_hang)
+            res[who] = {"median_s": statistics.median(samples) if samples else None,
+                        "min_s": min(samples, default=None),
+                        "max_s": max(samples, default=None), "n": len(samples),
+                        "hangs": hangs}
+        out.append({"name": what, **res})
+
+    row("create→start→exit→delete (true)", lifecycle, "vl", n,
+        lambda cid: end_container(cid, env))
+
+    # state of one running container, and its anchor's peak RSS
+    state: dict[str, dict[str, object]] = {}
+    rss: dict[str, dict[str, object]] = {}
+    for who in exes:
+        cid = f"vs{who[0]}{next(counter)}"
+        pid_file = work / f"{cid}.pid"
+        try:
+            proc = subprocess.Popen([*base(who), "create", "--bundle", str(work / "sleep"),
+                                     "--pid-file", str(pid_file), cid], env=env,
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL)
+            try:
+                proc.wait(timeout=HANG_S)
+            except subprocess.TimeoutExpired as exc:
+                proc.kill()
+                raise Hang(f"create {cid}") from exc
+            call([*base(who), "start", cid], env)
+            anchor = int(pid_file.read_text())
+            state_argv = [*base(who), "state", cid]
+
+            def one_state(_cid: str, argv: list[str] = state_argv) -> None:
+                call(argv, env)
+            samples, hangs = guarded(one_state, n * 3, partial(str, cid),
+                                     lambda c: end_container(c, env))
+            time.sleep(1)
+            state[who] = {"median_s": statistics.median(samples) if samples else None,
+                          "min_s": min(samples, default=None),
+                          "max_s": max(samples, default=None), "n": len(samples),
+                          "hangs": hangs}
+            rss[who] = {"rss_mb": round(rss_kb(anchor) / 1024, 1), "hangs": 0}
+            call([*base(who), "delete", "--force", cid], env)
+            wait_gone(anchor, f"anchor {cid}")
+        except Hang:
+            state.setdefault(who, {"median_s": None, "n": 0, "hangs": 1})
+            rss.setdefault(who, {"rss_mb": None, "hangs": 1})
+            end_container(cid, env)
+    out.append({"name": "state (one running container)", **state})
+    out.append({"name": "anchor peak RSS (one running container)", **rss})
+
+    # the engines as root, `true` in the test image, same configuration for both
+    podman_env = {"PATH": env["PATH"].replace(f"{VENV}/bin:", ""), "HOME": "/root",
+                  "CONTAINERS_CONF": f"{conf}/containers.conf"}
+    podman = ["podman", "run", "--rm", "--network", "none", *PODMAN_CRUN_ULIMITS, "--runtime"]
+
+    def engine_run(tool: str, tool_env: dict[str, str], who: str, cid: str) -> None:
+        """`run --rm true`; the engine writes its container id to CID.cid (for a hang)."""
+        argv = ([*podman] if tool == "podman"
+                else ["docker", "run", "--rm", "--network", "none", "--runtime"])
+        image = "localhost/scrun-busybox" if tool == "podman" else "scrun-busybox"
+        call([*argv, "slurm" if who == "scrun-py" else "slurm-scrun", "--cidfile",
+              f"{work}/{cid}.cid", image, "true"], tool_env)
+
+    def engine_hang(tool: str, tool_env: dict[str, str], cid: str) -> None:
+        """End the hung anchor (its title is the engine's id), its job, the container."""
+        try:
+            engine_id = Path(f"{work}/{cid}.cid").read_text().strip()
+        except OSError:
+            return
+        end_container(engine_id, env)
+        subprocess.run([tool, "rm", "-f", engine_id], env=tool_env, capture_output=True,
+                       timeout=HANG_S, check=False)
+
+    row("podman run --rm true (root)", partial(engine_run, "podman", podman_env), "vp", n,
+        partial(engine_hang, "podman", podman_env))
+    dockerd, docker_env = private_dockerd(conf)
+    docker_env["PATH"] = podman_env["PATH"]
+    try:
+        row("docker run --rm true (root)", partial(engine_run, "docker", docker_env), "vd", n,
+            partial(engine_hang, "docker", docker_env))
+        subprocess.run(["docker", "rm", "-f", *subprocess.run(
+            ["docker", "ps", "-aq"], env=docker_env, capture_output=True, text=True,
+            check=False).stdout.split()], env=docker_env, capture_output=True, check=False)
+    finally:
+        dockerd.terminate()
+        dockerd.wait(timeout=60)
+    return out
+
+
+def _cell(value: object, d: dict[str, object], unit: str) -> str:
+    if not isinstance(value, float):
+        return "-"
+    text = f"{value * 1000:.0f} ms" if unit == "ms" else f"{value:.1f} MB"
+    return text + (f" (n={d['n']})" if "n" in d else "")
+
+
+def print_versus(rows: list[dict[str, object]]) -> None:
+    print()
+    print("| what | scrun-py | Slurm's scrun | scrun-py / Slurm's | Slurm's scrun hangs |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        py, sl = r["scrun-py"], r["Slurm's scrun"]
+        assert isinstance(py, dict) and isinstance(sl, dict)
+        key, unit = ("median_s", "ms") if "median_s" in py else ("rss_mb", "MB")
+        a, b = py.get(key), sl.get(key)
+        ratio = f"{a / b:.2f}x" if isinstance(a, float) and isinstance(b, float) and b else "-"
+        runs = int(str(sl.get("n", 1))) + int(str(sl["hangs"]))
+        print(f"| {r['name']} | {_cell(a, py, unit)} | {_cell(b, sl, unit)} | {ratio} |"
+              f" {sl['hangs']} of {runs} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("-n", type=int, default=10)
     ap.add_argument("--concurrent", type=int, default=50)
+    ap.add_argument("--versus-only", action="store_true",
+                    help="only the rows against Slurm's own scrun")
     opts = ap.parse_args()
     pw = pwd.getpwnam(USER)
     env = user_env(pw)
     work = Path(tempfile.mkdtemp(prefix="scrun-bench-", dir="/tmp"))
+    atexit.register(shutil.rmtree, work, True)  # also when a row fails
     os.chmod(work, 0o755)
+    # podman runs the runtime in podman's working directory, and scrun-py's anchor
+    # (`python -m`) would import a scrun_py package found there (this checkout's)
+    os.chdir(work)
     make_bundle(work / "true", ["true"])
     make_bundle(work / "sleep", ["sleep", "600"])
     subprocess.run(["chown", "-R", f"{pw.pw_uid}:{pw.pw_gid}", str(work)], check=True)
@@ -149,6 +445,16 @@ def main() -> None:
         cid = f"r{next(counter)}"
         run(as_user(pw, [SCRUN, "--root", root, "run", "--bundle", str(work / "true"), cid]),
             env)
+
+    if opts.versus_only:
+        if not slurm_scrun():
+            raise SystemExit(f"no Slurm scrun in {SLURM_BIN}")
+        versus = versus_rows(pw, env, work, opts.n, counter)
+        print_versus(versus)
+        (Path(__file__).parent / "results" / "versus.json").write_text(json.dumps(
+            {"date": time.strftime("%Y-%m-%d"), "versus_slurm_scrun": versus}, indent=2))
+        shutil.rmtree(work, ignore_errors=True)
+        return
 
     add("crun run true (OCI floor)", timed(crun_run, opts.n), None)
     add("srun --container true (Slurm floor)", timed(srun_container, opts.n), None)
@@ -227,6 +533,8 @@ def main() -> None:
     failures = sum(1 for p in procs if p.wait(timeout=900) != 0)
     conc = time.perf_counter() - t
 
+    versus = versus_rows(pw, env, work, opts.n, counter) if slurm_scrun() else []
+
     by_name = {r["name"]: r for r in rows}
     print("| what | median | min | max | n | ratio to floor |")
     print("|---|---|---|---|---|---|")
@@ -244,6 +552,8 @@ def main() -> None:
           f" total {sum(rss20) / 1024:.0f} MB |")
     print(f"| {opts.concurrent} concurrent `scrun-py run` | {conc:.1f} s total | | | 1 |"
           f" failures: {failures} |")
+    if versus:
+        print_versus(versus)
     out = Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)
     (out / "latest.json").write_text(json.dumps({
@@ -253,6 +563,7 @@ def main() -> None:
         "rows": rows, "anchor_rss_mb_1": round(rss1 / 1024, 1),
         "anchor_rss_mb_20": [round(r / 1024, 1) for r in rss20],
         "concurrent": {"n": opts.concurrent, "wall_s": round(conc, 2), "failures": failures},
+        "versus_slurm_scrun": versus,
     }, indent=2))
     shutil.rmtree(work, ignore_errors=True)
 
