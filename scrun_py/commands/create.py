@@ -108,7 +108,8 @@ def _create(inv: Invocation, container_id: str, bundle: str | None, pid_file: st
     stdio = subprocess.DEVNULL if spec.console_socket else None
     try:
         anchor = subprocess.Popen(
-            [*userns_prefix(), sys.executable, "-m", "scrun_py.anchor", spec.to_json()],
+            [*userns_prefix(), sys.executable, "-P", "-m", "scrun_py.anchor",
+             spec.to_json()],
             pass_fds=(write_fd,), start_new_session=True, close_fds=True, env=env,
             stdin=stdio, stdout=stdio, stderr=stdio)
     except OSError as exc:

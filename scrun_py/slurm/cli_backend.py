@@ -65,6 +65,13 @@ class _StderrFile:
         return job_id
 
 
+def _salloc_cwd(opts: Sequence[str]) -> str | None:
+    """Where salloc starts: salloc's --chdir only moves salloc's own command, and the job's
+    WorkDir is salloc's working directory, so SCRUN_WORKING_DIR starts salloc there."""
+    chdir = next((o.partition("=")[2] for o in opts if o.startswith("--chdir=")), "")
+    return chdir if chdir and os.path.isdir(chdir) else None
+
+
 class CliSlurm:
     def __init__(self, *, salloc: str = "salloc", srun_path: str = "srun",
                  srun_args: Sequence[str] = (), runtime_kill: str | None = None) -> None:
@@ -88,7 +95,8 @@ class CliSlurm:
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=err_file, env=env, start_new_session=True)
+                stderr=err_file, env=env, start_new_session=True,
+                cwd=_salloc_cwd(opts))
         except OSError as exc:
             err_file.close()
             raise AllocationFailed(f"cannot run salloc: {exc.strerror}") from exc

@@ -35,9 +35,13 @@ class TestJobOptions:
     def test_scrun_variables_from_caller_environment(self, env: Env) -> None:
         """SCRUN_* variables in the environment of `create` (e.g. podman --env-host) apply."""
         bundle = env.bundle(["true"])
-        created = env.create("callerenv", bundle, env=env.user.env(SCRUN_TIMELIMIT="3"))
+        created = env.create("callerenv", bundle,
+                             env=env.user.env(SCRUN_TIMELIMIT="3", SCRUN_WORKING_DIR="/tmp"))
         assert 0 == created.rc, created.stderr()
-        assert "00:03:00" == scontrol_job(created.job_id())["TimeLimit"]
+        fields = scontrol_job(created.job_id())
+        assert "00:03:00" == fields["TimeLimit"]
+        # the job's working directory (salloc's --chdir alone moves only its command)
+        assert "/tmp" == fields["WorkDir"]
         assert 0 == env.run("delete", "callerenv").returncode
 
     def test_job_environment_reaches_the_container(self, env: Env) -> None:

@@ -149,6 +149,39 @@ class TestEnvironment:
         assert [] == traces(env, "t")
 
 
+    @pytest.mark.case("S-08")
+    def test_caller_directory_is_not_imported(self, env: Env) -> None:
+        """The anchor is a new interpreter started by create in the caller's directory:
+        a scrun_py package there must not be what it imports (as root under root
+        podman, that would run the caller's code as root)."""
+        plant = env.work / "plant"
+        marker = env.work / "planted-code-ran"
+        (plant / "scrun_py" / "anchor").mkdir(parents=True)
+        (plant / "scrun_py" / "__init__.py").write_text("")
+        (plant / "scrun_py" / "anchor" / "__init__.py").write_text("")
+        (plant / "scrun_py" / "anchor" / "__main__.py").write_text(
+            f"open({str(marker)!r}, 'w').write('ran')\n")
+        env.chown(plant)
+        bundle = env.bundle(["true"])
+        out, err = env.work / "pl.out", env.work / "pl.err"
+        with open(out, "wb") as fo, open(err, "wb") as fe:
+            rc = subprocess.run(
+                env.cmd("create", "--bundle", str(bundle.path), "--pid-file",
+                        str(env.work / "pl.pid"), "pl"),
+                env=env.user.env(), cwd=plant, stdin=subprocess.DEVNULL, stdout=fo,
+                stderr=fe, timeout=120).returncode
+        assert 0 == rc, err.read_text()
+        created = Created(env, "pl", rc, out, err, env.work / "pl.pid",
+                          int((env.work / "pl.pid").read_text()))
+        env.anchors.append(created.pid)
+        assert not marker.exists()
+        assert 0 == env.run("start", "pl").returncode
+        assert 0 == created.wait_exit()
+        assert 0 == env.run("delete", "pl").returncode
+        assert not marker.exists()
+        assert [] == traces(env, "pl")
+
+
 class TestLuaPaths:
     @pytest.mark.case("S-07")
     @pytest.mark.parametrize("value", ['"relative/bundle"', "42", '"/tmp/a\\0b"', '""'])

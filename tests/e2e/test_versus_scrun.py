@@ -682,15 +682,12 @@ class TestJob:
                                        results: Results) -> None:
         job = {"JobName": "scrun", "Partition": "other", "TimeLimit": "00:07:00",
                "NumCPUs": "2", "NumTasks": "1", "CPUs/Task": "2", "MinMemoryNode": "100M",
-               "WorkDir": "WORK", "ContainerID": "-", "Container": "-",
+               "WorkDir": "/tmp", "ContainerID": "-", "Container": "-",
                "JobState": "RUNNING"}
         compare(results, "SCRUN_* options in scontrol show job", user_env, vconf,
                 scrun_options, {"create": 0, "anchor exit": 0, "stderr": "", "job": job},
-                # the job's WorkDir: Slurm's scrun sets it from SCRUN_WORKING_DIR; salloc
-                # --chdir only changes salloc's own directory.  ContainerID: salloc has no
-                # --container-id; scrun-py gives it to the step
-                {"job": {**job, "WorkDir": "/tmp", "ContainerID": "CID",
-                         "Container": "(null)"}})
+                # ContainerID: salloc has no --container-id; scrun-py gives it to the step
+                {"job": {**job, "ContainerID": "CID", "Container": "(null)"}})
 
 
 RECORDER = r"""
