@@ -66,10 +66,21 @@ class _StderrFile:
 
 
 def _salloc_cwd(opts: Sequence[str]) -> str | None:
-    """Where salloc starts: salloc's --chdir only moves salloc's own command, and the job's
-    WorkDir is salloc's working directory, so SCRUN_WORKING_DIR starts salloc there."""
+    """Where salloc starts: the job's WorkDir is salloc's working directory (its --chdir
+    moves only salloc's own command), so SCRUN_WORKING_DIR starts salloc there.
+
+    Otherwise the caller's directory, unless the job's user cannot enter it (root's
+    home, say): 24.11's slurmstepd then fails every task ("couldn't chdir"), where 22.05
+    fell back to /tmp.  scrun-py starts the job in /tmp then, on every release.
+    """
     chdir = next((o.partition("=")[2] for o in opts if o.startswith("--chdir=")), "")
-    return chdir if chdir and os.path.isdir(chdir) else None
+    if chdir and os.path.isdir(chdir):
+        return chdir
+    try:
+        usable = os.access(os.getcwd(), os.X_OK)
+    except OSError:  # the caller's directory was removed
+        usable = False
+    return None if usable else "/tmp"
 
 
 class CliSlurm:
@@ -79,6 +90,8 @@ class CliSlurm:
         self._srun = srun_path
         self._srun_args = list(srun_args)
         self._runtime_kill = runtime_kill
+        # the job's working directory when it is not the caller's (see _salloc_cwd)
+        self._job_dir: str | None = None
         self._version: asyncio.Task[tuple[int, int]] | None = None
         self._holder: asyncio.subprocess.Process | None = None
         self._stderr: _StderrFile | None = None
@@ -87,7 +100,7 @@ class CliSlurm:
     async def allocate(self, opts: Sequence[str], env: dict[str, str],
                        on_job_id: Callable[[int], None], timeout_s: float | None) -> Allocation:
         self._start_version_probe()
-        argv = slurm_argv.build_salloc_argv(opts, self._salloc)
+        argv, self._job_dir = slurm_argv.build_salloc_argv(opts, self._salloc), _salloc_cwd(opts)
         # salloc's stderr goes to an unlinked file, not a pipe: if the anchor dies, a
         # salloc writing to a broken pipe spins at 100% CPU forever (seen on 22.05).
         # Kept open for the allocation's lifetime (polled), closed by release.
@@ -96,7 +109,7 @@ class CliSlurm:
             proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                 stderr=err_file, env=env, start_new_session=True,
-                cwd=_salloc_cwd(opts))
+                cwd=self._job_dir)
         except OSError as exc:
             err_file.close()
             raise AllocationFailed(f"cannot run salloc: {exc.strerror}") from exc
@@ -260,6 +273,9 @@ class CliSlurm:
         else:
             kwargs = {"stdin": req.stdio[0], "stdout": req.stdio[1], "stderr": req.stdio[2]}
         try:
+            # slurmstepd enters srun's directory for the step: the job's, not one the
+            # user cannot enter
+            kwargs["cwd"] = self._job_dir or _salloc_cwd([])
             return await asyncio.create_subprocess_exec(*argv, env=req.env, **kwargs)  # type: ignore[arg-type]
         except OSError as exc:
             raise StepLaunchFailed(f"cannot run {argv[0]}: {exc.strerror}") from exc

@@ -195,3 +195,29 @@ class TestStep:
     def test_cancel(self, bin_dir: Path) -> None:
         asyncio.run(backend(bin_dir).cancel(55, 0))
         assert "scancel 55.0" == logged(bin_dir)[-1]
+
+
+class TestSallocDirectory:
+    """The job's WorkDir is salloc's working directory."""
+
+    def test_working_dir_option(self, tmp_path: Path) -> None:
+        assert str(tmp_path) == cli_backend._salloc_cwd([f"--chdir={tmp_path}", "-N1"])
+
+    def test_callers_directory_kept(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                    ) -> None:
+        monkeypatch.chdir(tmp_path)
+        assert cli_backend._salloc_cwd(["-N1"]) is None
+
+    def test_unusable_directory_becomes_tmp(self, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.setattr(cli_backend.os, "access", lambda path, mode: False)
+        assert "/tmp" == cli_backend._salloc_cwd([])
+
+    def test_removed_directory_becomes_tmp(self, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+        gone = tmp_path / "gone"
+        gone.mkdir()
+        monkeypatch.chdir(gone)
+        gone.rmdir()
+        assert "/tmp" == cli_backend._salloc_cwd([])
