@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -437,3 +438,71 @@ class TestFaults:
         assert NODES == [s["host"] for _, s in sorted(reports(created.stdout()).items())]
         assert 0 == env.run("delete", cid).returncode
         assert [] == nothing_left(env, cid, job)
+
+
+REMOTE_RECORDER = r"""
+local OUT = %s
+local function save(name, rc, out)
+  local f = assert(io.open(OUT .. "/" .. name .. ".json", "w"))
+  f:write(slurm.to_json({rc = rc, out = out})); f:close()
+end
+function slurm_scrun_stage_in(id, bundle, spool_dir, config_file, job_id, user_id, group_id,
+                              job_env)
+  save("stage_in", slurm.remote_command('echo "$SLURMD_NODENAME $(hostname)"'))
+  return slurm.SUCCESS
+end
+function slurm_scrun_stage_out(id, bundle, orig_bundle, root_path, orig_root_path,
+                               spool_dir, config_file, job_id, user_id, group_id)
+  save("stage_out", slurm.remote_command('echo "$SLURMD_NODENAME $(hostname)"'))
+  return slurm.SUCCESS
+end
+return slurm.SUCCESS
+"""
+
+
+class TestHooks:
+    def test_remote_command_reaches_every_node(self, user_env: Env, conf_dir: Path) -> None:
+        """scrun.lua's slurm.remote_command runs once on every node of a 3-node job, in
+        stage_in and in stage_out."""
+        env = user_env
+        out = env.work / "hook-out"
+        out.mkdir()
+        env.chown(out)
+        (conf_dir / "scrun.lua").write_text(REMOTE_RECORDER % json.dumps(str(out)))
+        bundle = _bundle(env, REPORT)
+        created = env.create("rc", bundle, conf=conf_dir / "slurm.conf",
+                             env=env.user.env(SCRUN_JOB_NUM_NODES="3", SCRUN_LABELIO="1"))
+        assert 0 == created.rc, created.stderr()
+        job = created.job_id()
+        assert 0 == env.run("start", "rc", conf=conf_dir / "slurm.conf").returncode
+        assert 0 == created.wait_exit(), created.stderr()
+        for hook in ("stage_in", "stage_out"):
+            got = json.loads((out / f"{hook}.json").read_text())
+            assert 0 == got["rc"], got
+            assert [f"{n} {n}" for n in NODES] == sorted(got["out"].splitlines()), got
+        assert 0 == env.run("delete", "rc", conf=conf_dir / "slurm.conf").returncode
+        assert [] == nothing_left(env, "rc", job)
+
+    def test_shipped_staging_script_on_a_shared_path(self, user_env: Env,
+                                                     conf_dir: Path) -> None:
+        """lua/scrun-staging.lua with a 3-node job: the copy is made once, on the
+        allocating host, so every node runs it only because the staging path is shared
+        (here every node sees this machine's /tmp); each task sees the staged rootfs."""
+        env = user_env
+        shutil.copy(REPO_ROOT / "lua" / "scrun-staging.lua", conf_dir / "scrun.lua")
+        bundle = _bundle(env, 'cat /marker; echo "on $(hostname)"')
+        (bundle.path / "rootfs" / "marker").write_text("staged rootfs\n")
+        env.chown(bundle.path)
+        created = env.create("stg", bundle, conf=conf_dir / "slurm.conf",
+                             env=env.user.env(SCRUN_JOB_NUM_NODES="3", SCRUN_LABELIO="1"))
+        assert 0 == created.rc, created.stderr()
+        job = created.job_id()
+        staged = str(env.state("stg")["bundle"])
+        assert staged != str(bundle.path)
+        assert 0 == env.run("start", "stg", conf=conf_dir / "slurm.conf").returncode
+        assert 0 == created.wait_exit(), created.stderr()
+        assert {r: ["staged rootfs", f"on {n}"] for r, n in enumerate(NODES)} == labelled(
+            created.stdout())
+        assert not Path(staged).exists()
+        assert 0 == env.run("delete", "stg", conf=conf_dir / "slurm.conf").returncode
+        assert [] == nothing_left(env, "stg", job)
