@@ -15,16 +15,20 @@ import re
 import shutil
 import subprocess
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.e2e import test_engines as engines
 from tests.e2e.conftest import (
     REPO_ROOT,
+    TEST_USER,
     Bundle,
     Created,
     Env,
+    User,
     leftovers,
     scontrol_job,
     slurm_env,
@@ -506,3 +510,57 @@ class TestHooks:
         assert not Path(staged).exists()
         assert 0 == env.run("delete", "stg", conf=conf_dir / "slurm.conf").returncode
         assert [] == nothing_left(env, "stg", job)
+
+
+@pytest.fixture(params=["docker", "podman-root", "podman-rootless"])
+def engine(request: pytest.FixtureRequest, nodes: list[str]) -> Iterator[engines.Engine]:
+    """docker and podman (root and rootless) with scrun-py as their runtime, configured
+    for the 3-node cluster by scripts/engines.sh (the docs' configuration)."""
+    problem = engines._engine_problem()
+    if problem:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"required engine test cannot run under CI=true: {problem}")
+        pytest.skip(problem)
+    name, _, who = str(request.param).partition("-")
+    user = User.named(TEST_USER if who == "rootless" else "root")
+    yield from engines._guarded(engines.Engine(name, user))
+
+
+ENGINE_REPORT = ('echo "rank=$SLURM_PROCID local=$SLURM_LOCALID nodeid=$SLURM_NODEID '
+                 'node=$SLURMD_NODENAME ntasks=$SLURM_NTASKS"')
+ENGINE_TRAP = ('trap \'echo "TERM on $SLURMD_NODENAME"; exit 7\' TERM; '
+               'echo "up on $SLURMD_NODENAME"; while :; do sleep 0.2; done')
+
+
+@pytest.mark.engines
+class TestEngines:
+    def test_ranks_and_exit_status(self, engine: engines.Engine) -> None:
+        """`run -e SCRUN_JOB_NUM_NODES=3 -e SCRUN_LABELIO=1`: a task on each node, each
+        knowing its rank and node; rank 1's exit 5 is the container's exit code."""
+        res = engine.run("--rm", "-e", "SCRUN_JOB_NUM_NODES=3", "-e", "SCRUN_LABELIO=1",
+                         engine.image, "sh", "-c",
+                         f'{ENGINE_REPORT}; [ "$SLURM_PROCID" = 1 ] && exit 5; exit 0')
+        assert 5 == res.returncode, res.stderr
+        seen = reports(res.stdout)
+        assert {r: {"rank": str(r), "local": "0", "nodeid": str(r), "node": n, "ntasks": "3"}
+                for r, n in enumerate(NODES)} == seen
+
+    def test_stop_reaches_every_node(self, engine: engines.Engine) -> None:
+        """`stop` of a 3-node container: the TERM trap runs on every node and the trap's
+        exit code is the container's."""
+        # not test_engines' "scrunpy-" prefix: its clean-up removes every such container
+        # of the (machine-wide) root and rootless podman stores, whichever cluster runs it
+        name = f"scrunmn-{uuid.uuid4().hex[:8]}"
+        res = engine.run("-d", "--name", name, "-e", "SCRUN_JOB_NUM_NODES=3", "-e",
+                         "SCRUN_LABELIO=1", engine.image, "sh", "-c", ENGINE_TRAP)
+        try:
+            assert 0 == res.returncode, res.stderr
+            _wait(lambda: engine.logs(name).count("up on") == 3, 60, "every task up")
+            stop = engine("stop", "-t", "10", name)
+            assert 0 == stop.returncode, stop.stderr
+            assert ("exited", 7) == engine.exit_code(name)
+            got = labelled(engine.logs(name))
+            assert {r: [f"up on {n}", f"TERM on {n}"] for r, n in enumerate(NODES)} == got
+        finally:
+            rm = engine("rm", "-f", name)
+        assert 0 == rm.returncode, rm.stderr
