@@ -281,11 +281,13 @@ class TestRanks:
 class TestExitStatus:
     def test_one_task_exits_5(self, user_env: Env, nodes: list[str]) -> None:
         """A task failing with 5 on one node (the others succeed): the anchor exits 5 and
-        the job ends FAILED with 5, as srun reports the step."""
+        the job ends FAILED with 5, as srun reports the step; srun's own "n2: task 1:
+        Exited with exit code 5" line does not reach the container's stderr."""
         env = user_env
         bundle = _bundle(env, '[ "$(hostname)" = n2 ] && exit 5; sleep 1; exit 0')
         created, job = _run_started(env, "five", bundle, SCRUN_JOB_NUM_NODES="3")
         assert 5 == created.wait_exit()
+        assert "" == created.stderr()
         record = final_job(job)
         assert ("FAILED", "5:0") == (record["JobState"], record["ExitCode"])
         assert 0 == env.run("delete", "five").returncode
