@@ -19,9 +19,11 @@
 # log (%n).  From 24.11 on each node also gets its own munged (same key), bind-mounted on
 # /run/munge in the slurmd's private mount namespace: with one munged shared by every node,
 # task launch fails on all nodes but one ("failed decode" of the credential).  The
-# multi-node cluster has SlurmdTimeout=10, so a crashed node ends its jobs within a minute,
-# its own state dir ($STATE-Nn), ports (8017 + 100 x the release's line in releases.conf),
-# ClusterName and job id range.  The nodes share this machine's filesystem.
+# multi-node cluster has its own state dir ($STATE-Nn), ports (8017 + 100 x the release's
+# line in releases.conf, then one per node), ClusterName and job id range, and
+# SlurmdTimeout=10, so a crashed node ends its jobs within a minute.  The nodes share this
+# machine's filesystem.  22.05's oci.conf there puts scrun_py.oci.taskenv in front of the
+# runtime (slurmstepd 22.05 gives a container its step's environment, not its task's).
 #
 # R is a Slurm release of scripts/releases.conf (default: the machine's packaged Slurm,
 # 22.05 on Debian 12, 24.11 on Debian 13).  Any other release is built once from Debian's
