@@ -242,6 +242,37 @@ class TestRanks:
         assert 0 == env.run("delete", "nl").returncode
         assert [] == nothing_left(env, "nl", job)
 
+    def test_ntasks_one_per_node(self, user_env: Env, nodes: list[str]) -> None:
+        """SCRUN_NTASKS=3 with SCRUN_NTASKS_PER_NODE=1: one task on each node (the way to
+        ask for N tasks on 22.05)."""
+        env = user_env
+        bundle = _bundle(env, REPORT)
+        created, job = _run_started(env, "n1pn", bundle, SCRUN_NTASKS="3",
+                                    SCRUN_NTASKS_PER_NODE="1")
+        assert 0 == created.wait_exit(), created.stderr()
+        assert {0: ("n1", "0"), 1: ("n2", "0"), 2: ("n3", "0")} == {
+            r: (s["host"], s["local"]) for r, s in reports(created.stdout()).items()}
+        assert 0 == env.run("delete", "n1pn").returncode
+        assert [] == nothing_left(env, "n1pn", job)
+
+    def test_ntasks_alone(self, user_env: Env, release: tuple[int, int]) -> None:
+        """SCRUN_NTASKS=3 alone: Slurm fills the 2-CPU nodes in order, two tasks on n1 and
+        one on n2.  24.11 runs them; 22.05 cannot launch two container tasks on n1, so the
+        step fails (the task on n2 is killed) and the anchor exits non-zero."""
+        env = user_env
+        bundle = _bundle(env, REPORT)
+        created, job = _run_started(env, "nt", bundle, SCRUN_NTASKS="3")
+        rc = created.wait_exit()
+        if release < (23, 2):
+            assert 0 != rc
+            assert "launch failed" in created.stderr(), created.stderr()
+        else:
+            assert 0 == rc, created.stderr()
+            assert {0: ("n1", "0"), 1: ("n1", "1"), 2: ("n2", "0")} == {
+                r: (s["host"], s["local"]) for r, s in reports(created.stdout()).items()}
+        assert 0 == env.run("delete", "nt").returncode
+        assert [] == nothing_left(env, "nt", job)
+
     @pytest.mark.parametrize(("distribution", "places"), [
         ("", {0: ("n1", 0), 1: ("n1", 1), 2: ("n2", 0), 3: ("n2", 1), 4: ("n3", 0),
               5: ("n3", 1)}),
