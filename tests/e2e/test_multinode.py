@@ -512,7 +512,8 @@ return slurm.SUCCESS
 
 
 class TestHooks:
-    def test_remote_command_reaches_every_node(self, user_env: Env, conf_dir: Path) -> None:
+    def test_remote_command_reaches_every_node(self, user_env: Env, conf_dir: Path,
+                                               nodes: list[str]) -> None:
         """scrun.lua's slurm.remote_command runs once on every node of a 3-node job, in
         stage_in and in stage_out."""
         env = user_env
@@ -534,8 +535,8 @@ class TestHooks:
         assert 0 == env.run("delete", "rc", conf=conf_dir / "slurm.conf").returncode
         assert [] == nothing_left(env, "rc", job)
 
-    def test_shipped_staging_script_on_a_shared_path(self, user_env: Env,
-                                                     conf_dir: Path) -> None:
+    def test_shipped_staging_script_on_a_shared_path(self, user_env: Env, conf_dir: Path,
+                                                     nodes: list[str]) -> None:
         """lua/scrun-staging.lua with a 3-node job: the copy is made once, on the
         allocating host, so every node runs it only because the staging path is shared
         (here every node sees this machine's /tmp); each task sees the staged rootfs."""
