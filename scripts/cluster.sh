@@ -19,8 +19,8 @@
 # log (%n).  From 24.11 on each node also gets its own munged (same key), bind-mounted on
 # /run/munge in the slurmd's private mount namespace: with one munged shared by every node,
 # task launch fails on all nodes but one ("failed decode" of the credential).  The
-# multi-node cluster has its own state dir ($STATE-Nn), ports (8017 + 100 x the release's
-# line in releases.conf, then one per node), ClusterName and job id range, and
+# multi-node cluster has its own state dir ($STATE-Nn), ports (1300 above the one-node
+# cluster's slurmctld port, then one per node), ClusterName and job id range, and
 # SlurmdTimeout=10, so a crashed node ends its jobs within a minute.  The nodes share this
 # machine's filesystem.  22.05's oci.conf there puts scrun_py.oci.taskenv in front of the
 # runtime (slurmstepd 22.05 gives a container its step's environment, not its task's).
@@ -99,15 +99,15 @@ resolve_release() {
         export PATH
     fi
     if [ "$NODES" -gt 1 ]; then
-        # a multi-node cluster of the same release: its own state dir, ports, name and
-        # job id range (the 2nd half of the release's million; 0 for a packaged release
-        # that releases.conf does not list)
+        # a multi-node cluster of the same release: its own state dir, ports (1300 above
+        # the one-node cluster's, then one per node), name and job id range (the 2nd half
+        # of the release's million; 0 for a packaged release releases.conf does not list)
         local line
         line=$(awk '!/^[[:space:]]*#/ && NF {print $1}' "$REPO/scripts/releases.conf" |
                grep -nxF "$RELEASE" | cut -d: -f1 || true)
         line=${line:-0}
         STATE=$STATE-${NODES}n
-        CTLD_PORT=$((8017 + 100 * line))
+        CTLD_PORT=$((CTLD_PORT + 1300))
         FIRST_JOB_ID=$((line * 1000000 + 500000))
         CLUSTER_NAME=${CLUSTER_NAME}n$NODES
     fi
