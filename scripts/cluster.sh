@@ -419,6 +419,15 @@ down() {
     for d in "${pidfiles[@]}"; do
         if [ -f "$STATE/$d.pid" ]; then kill "$(cat "$STATE/$d.pid")" 2>/dev/null || true; fi
     done
+    # gone before returning, so that an "up" right after starts them again
+    local _ alive
+    for _ in $(seq 1 100); do
+        alive=0
+        for d in "${pidfiles[@]}"; do pid_alive "$STATE/$d.pid" 2>/dev/null && alive=1; done
+        [ "$alive" = 1 ] || return 0
+        sleep 0.1
+    done
+    log "daemons still running after 10 s"
 }
 
 [ "$CMD" = releases ] && { releases; exit 0; }
