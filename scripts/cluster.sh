@@ -8,6 +8,22 @@
 #   scripts/cluster.sh env  [--slurm R]   print the environment the tests use
 #   scripts/cluster.sh releases           print the releases of scripts/releases.conf, the
 #                                         machine's packaged one first
+#   scripts/cluster.sh crash NODE --nodes N [--slurm R]
+#                                         SIGKILL every process of node NODE of a multi-node
+#                                         cluster (its slurmd, slurmstepds, containers, munged):
+#                                         a node crash; "up" brings the node back
+#
+# --nodes N (N > 1) makes a separate N-node cluster of release R, beside the one-node one:
+# nodes n1..nN on this machine, each slurmd in its own UTS namespace (its hostname is the
+# node name) listening on its own port of 127.0.0.1, with its own spool dir, pid file and
+# log (%n).  From 24.11 on each node also gets its own munged (same key), bind-mounted on
+# /run/munge in the slurmd's private mount namespace: with one munged shared by every node,
+# task launch fails on all nodes but one ("failed decode" of the credential).  The
+# multi-node cluster has its own state dir ($STATE-Nn), ports (1300 above the one-node
+# cluster's slurmctld port, then one per node), ClusterName and job id range, and
+# SlurmdTimeout=10, so a crashed node ends its jobs within a minute.  The nodes share this
+# machine's filesystem.  22.05's oci.conf there puts scrun_py.oci.taskenv in front of the
+# runtime (slurmstepd 22.05 gives a container its step's environment, not its task's).
 #
 # R is a Slurm release of scripts/releases.conf (default: the machine's packaged Slurm,
 # 22.05 on Debian 12, 24.11 on Debian 13).  Any other release is built once from Debian's
@@ -21,13 +37,19 @@ set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 CMD=${1:-up}; shift || true
 RELEASE=${SCRUN_TEST_SLURM:-}
+NODES=1
+NODE_ARG=""
+if [ "$CMD" = crash ]; then NODE_ARG=${1:?usage: $0 crash NODE --nodes N [--slurm R]}; shift; fi
 while [ $# -gt 0 ]; do
     case "$1" in
         --slurm) RELEASE=${2:?--slurm needs a release}; shift 2 ;;
         --slurm=*) RELEASE=${1#--slurm=}; shift ;;
-        *) echo "usage: $0 up|down|env|releases [--slurm RELEASE]" >&2; exit 2 ;;
+        --nodes) NODES=${2:?--nodes needs a number}; shift 2 ;;
+        --nodes=*) NODES=${1#--nodes=}; shift ;;
+        *) echo "usage: $0 up|down|env|releases|crash NODE [--slurm RELEASE] [--nodes N]" >&2; exit 2 ;;
     esac
 done
+case "$NODES" in ''|*[!0-9]*|0) echo "cluster.sh: --nodes needs a positive number" >&2; exit 2 ;; esac
 TEST_USER=${SCRUN_TEST_USER:-scruntest}
 TEST_USER2=${SCRUN_TEST_USER2:-scruntest2}
 VENV=${SCRUN_TEST_VENV:-/opt/scrun-py/venv}
@@ -76,6 +98,19 @@ resolve_release() {
         PATH=$PREFIX/bin:$PREFIX/sbin:$PATH
         export PATH
     fi
+    if [ "$NODES" -gt 1 ]; then
+        # a multi-node cluster of the same release: its own state dir, ports (1300 above
+        # the one-node cluster's, then one per node), name and job id range (the 2nd half
+        # of the release's million; 0 for a packaged release releases.conf does not list)
+        local line
+        line=$(awk '!/^[[:space:]]*#/ && NF {print $1}' "$REPO/scripts/releases.conf" |
+               grep -nxF "$RELEASE" | cut -d: -f1 || true)
+        line=${line:-0}
+        STATE=$STATE-${NODES}n
+        CTLD_PORT=$((CTLD_PORT + 1300))
+        FIRST_JOB_ID=$((line * 1000000 + 500000))
+        CLUSTER_NAME=${CLUSTER_NAME}n$NODES
+    fi
     export SCRUN_TEST_STATE=$STATE
 }
 
@@ -117,8 +152,12 @@ write_conf() {
     mem=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) * 9 / 10 / 1024 ))
     ver=$(slurm_minor)
     mkdir -p "$STATE/ctld" "$STATE/d"
+    [ "$NODES" = 1 ] || for i in $(seq 1 "$NODES"); do mkdir -p "$STATE/d-n$i"; done
     chown slurm "$STATE/ctld"
     chmod 755 "$STATE"
+    # a multi-node cluster: one spool dir, pid file and log per node (%n)
+    local node_suffix=""
+    [ "$NODES" -gt 1 ] && node_suffix=-%n
     {
         cat <<CONF
 ClusterName=$CLUSTER_NAME
@@ -130,11 +169,11 @@ CredType=cred/munge
 SlurmctldPort=$CTLD_PORT
 SlurmdPort=$((CTLD_PORT + 1))
 StateSaveLocation=$STATE/ctld
-SlurmdSpoolDir=$STATE/d
+SlurmdSpoolDir=$STATE/d$node_suffix
 SlurmctldPidFile=$STATE/ctld/slurmctld.pid
-SlurmdPidFile=$STATE/slurmd.pid
+SlurmdPidFile=$STATE/slurmd$node_suffix.pid
 SlurmctldLogFile=$STATE/ctld/slurmctld.log
-SlurmdLogFile=$STATE/slurmd.log
+SlurmdLogFile=$STATE/slurmd$node_suffix.log
 SlurmctldDebug=info
 SlurmdDebug=info
 MailProg=/bin/true
@@ -158,9 +197,21 @@ PlugStackConfig=$STATE/plugstack.conf
 CONF
         [ -n "$FIRST_JOB_ID" ] && echo "FirstJobId=$FIRST_JOB_ID"
         case "$ver" in
-            22.05) printf 'SchedulerType=sched/backfill\nSwitchType=switch/none\nSlurmctldTimeout=30\nSlurmdTimeout=30\n' ;;
+            22.05) printf 'SchedulerType=sched/backfill\nSwitchType=switch/none\nSlurmctldTimeout=30\n'
+                   [ "$NODES" -gt 1 ] || echo "SlurmdTimeout=30" ;;
         esac
-        echo "NodeName=$h NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem State=UNKNOWN"
+        if [ "$NODES" -gt 1 ]; then
+            # a crashed node is declared down after 10 s without an answer, so its jobs
+            # end within a minute (the default, 300 s, leaves them hanging for minutes);
+            # every slurmd answers the controller itself (no forwarding tree)
+            printf 'SlurmdTimeout=10\nTreeWidth=65533\n'
+            local i
+            for i in $(seq 1 "$NODES"); do
+                echo "NodeName=n$i NodeAddr=127.0.0.1 Port=$((CTLD_PORT + i)) CPUs=$cpus RealMemory=$((mem / NODES)) State=UNKNOWN"
+            done
+        else
+            echo "NodeName=$h NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem State=UNKNOWN"
+        fi
         # oversubscribed so the load tests (50 containers) and benchmarks (20 running at
         # once) fit on a 2-CPU machine: CPUs x 32 job slots
         echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:32"
@@ -175,7 +226,7 @@ CONF
         *) echo "CgroupPlugin=disabled" > "$STATE/cgroup.conf" ;;
     esac
     write_plugstack
-    if [ -n "$PREFIX" ]; then
+    if [ -n "$PREFIX" ] && [ "$NODES" = 1 ]; then
         # Slurm's own scrun (and any command that is not given SLURM_CONF) reads its
         # compiled-in sysconfdir
         mkdir -p "$PREFIX/etc"
@@ -184,6 +235,14 @@ CONF
     fi
     # the active block of oci.conf.example is the cluster's oci.conf
     grep -v '^[[:space:]]*#' "$REPO/oci.conf.example" | grep -v '^[[:space:]]*$' > "$STATE/oci.conf"
+    if [ "$NODES" -gt 1 ] && [ "$ver" = 22.05 ]; then
+        # slurmstepd 22.05 gives a container the step's environment, not its task's:
+        # scrun_py.oci.taskenv adds SLURM_PROCID, SLURM_NODEID, ... (docs/multinode.md)
+        sed -i "s|^RunTimeRun=\"exec |RunTimeRun=\"exec $VENV/bin/python -m scrun_py.oci.taskenv %n %t %b -- |" \
+            "$STATE/oci.conf"
+        grep -q scrun_py.oci.taskenv "$STATE/oci.conf" ||
+            { log "oci.conf: no RunTimeRun=\"exec ... to put scrun_py.oci.taskenv in front of"; exit 1; }
+    fi
     chmod 644 "$STATE/slurm.conf" "$STATE/oci.conf"
 }
 
@@ -217,6 +276,11 @@ start_daemons() {
         log "slurm.conf changed: reconfiguring"
         SLURM_CONF=$STATE/slurm.conf scontrol reconfigure || true
     fi
+    if [ "$NODES" -gt 1 ]; then
+        start_nodes
+        wait_nodes
+        return
+    fi
     if ! pid_alive "$STATE/slurmd.pid"; then
         log "starting slurmd"
         slurmd -f "$STATE/slurm.conf"
@@ -234,6 +298,86 @@ start_daemons() {
         sleep 0.1
     done
     log "node did not become idle (state: $st)"; return 1
+}
+
+own_munge() {  # does each node of a multi-node cluster need its own munged?
+    # 22.05 runs with the machine's one munged; 24.11's task launch fails on every node
+    # but one that way
+    [ "$(slurm_minor)" != 22.05 ]
+}
+
+start_nodes() {  # the slurmd (and munged) of each node of a multi-node cluster
+    local i node mdir
+    for i in $(seq 1 "$NODES"); do
+        node=n$i
+        mdir=$STATE/munge-$node
+        if own_munge && ! pid_alive "$mdir/munged.pid"; then
+            # same key as the machine's munged; its dir belongs to munge and sits under
+            # no world-writable dir, or munged refuses its socket and log
+            log "starting munged of $node"
+            install -d -o munge -g munge -m 755 "$mdir"
+            rm -f "$mdir/munge.socket.2" "$mdir/munge.socket.2.lock"
+            runuser -u munge -- /usr/sbin/munged --socket="$mdir/munge.socket.2" \
+                --pid-file="$mdir/munged.pid" --seed-file="$mdir/munged.seed" \
+                --log-file="$mdir/munged.log"
+        fi
+        pid_alive "$STATE/slurmd-$node.pid" && continue
+        log "starting slurmd of $node"
+        if own_munge; then
+            unshare --uts --mount --propagation private -- /bin/sh -c \
+                'hostname "$1" && mount --bind "$2" /run/munge && exec slurmd -f "$3"' \
+                sh "$node" "$mdir" "$STATE/slurm.conf"
+        else
+            unshare --uts -- /bin/sh -c 'hostname "$1" && exec slurmd -f "$2"' \
+                sh "$node" "$STATE/slurm.conf"
+        fi
+    done
+}
+
+wait_nodes() {  # every node idle (a node drained or down by an earlier run is resumed)
+    local i st bad
+    for i in $(seq 1 300); do
+        st=$(SLURM_CONF=$STATE/slurm.conf sinfo -h -N -o '%N %T' 2>/dev/null | sort -u || true)
+        bad=$(echo "$st" | awk '$2 !~ /^(idle|mixed|allocated)$/ {print $1}')
+        [ -n "$st" ] && [ -z "$bad" ] && [ "$(echo "$st" | wc -l)" -ge "$NODES" ] && return 0
+        if [ $((i % 50)) = 0 ] && [ -n "$bad" ]; then
+            log "resuming $(echo $bad)"
+            for n in $bad; do
+                SLURM_CONF=$STATE/slurm.conf scontrol update nodename="$n" state=resume 2>/dev/null || true
+            done
+        fi
+        sleep 0.1
+    done
+    log "nodes did not become idle: $(echo $st)"; return 1
+}
+
+node_pids() {  # NODE: every process of that node: its UTS namespace and their descendants
+    local pidf=$STATE/slurmd-$1.pid ns p
+    pid_alive "$pidf" || return 0
+    ns=$(readlink "/proc/$(cat "$pidf")/ns/uts")
+    # the namespace members, then their descendants (containers have UTS namespaces of their own)
+    local members="" more=1
+    for p in /proc/[0-9]*; do
+        [ "$(readlink "$p/ns/uts" 2>/dev/null)" = "$ns" ] && members="$members ${p#/proc/}"
+    done
+    while [ "$more" = 1 ]; do
+        more=0
+        for p in $(ps -e -o pid=,ppid= | awk -v set=" $members " 'index(set, " " $2 " ") && !index(set, " " $1 " ") {print $1}'); do
+            members="$members $p"; more=1
+        done
+    done
+    echo $members
+}
+
+crash() {  # NODE
+    local node=$1 pids
+    [ "$NODES" -gt 1 ] || { echo "cluster.sh: crash needs --nodes N (N > 1)" >&2; exit 2; }
+    pids=$(node_pids "$node")
+    [ -n "$pids" ] || { echo "cluster.sh: node $node is not running" >&2; exit 1; }
+    own_munge && pid_alive "$STATE/munge-$node/munged.pid" && pids="$pids $(cat "$STATE/munge-$node/munged.pid")"
+    log "crashing $node: SIGKILL to$(printf ' %s' $pids)"
+    # shellcheck disable=SC2086
+    kill -KILL $pids 2>/dev/null || true
 }
 
 make_user() {
@@ -282,9 +426,23 @@ make_venv() {
 }
 
 down() {
-    for d in slurmd ctld/slurmctld; do
+    local d pidfiles=(slurmd ctld/slurmctld)
+    if [ "$NODES" -gt 1 ]; then
+        pidfiles=(ctld/slurmctld)
+        for d in $(seq 1 "$NODES"); do pidfiles+=("slurmd-n$d" "munge-n$d/munged"); done
+    fi
+    for d in "${pidfiles[@]}"; do
         if [ -f "$STATE/$d.pid" ]; then kill "$(cat "$STATE/$d.pid")" 2>/dev/null || true; fi
     done
+    # gone before returning, so that an "up" right after starts them again
+    local _ alive
+    for _ in $(seq 1 100); do
+        alive=0
+        for d in "${pidfiles[@]}"; do pid_alive "$STATE/$d.pid" 2>/dev/null && alive=1; done
+        [ "$alive" = 1 ] || return 0
+        sleep 0.1
+    done
+    log "daemons still running after 10 s"
 }
 
 [ "$CMD" = releases ] && { releases; exit 0; }
@@ -302,6 +460,7 @@ case "$CMD" in
         log "cluster up: Slurm $RELEASE, SLURM_CONF=$STATE/slurm.conf ($(slurmd -V))"
         ;;
     down) down ;;
+    crash) crash "$NODE_ARG" ;;
     env)
         echo "SLURM_CONF=$STATE/slurm.conf"
         echo "SCRUN_TEST_STATE=$STATE"
@@ -311,6 +470,7 @@ case "$CMD" in
         echo "SCRUN_TEST_USER=$TEST_USER"
         echo "SCRUN_TEST_USER2=$TEST_USER2"
         echo "SCRUN_TEST_VENV=$VENV"
+        echo "SCRUN_TEST_NODES=$NODES"
         ;;
     *) echo "usage: $0 up|down|env|releases [--slurm RELEASE]" >&2; exit 2 ;;
 esac

@@ -3,10 +3,30 @@
 # crun, docker and podman, an ordinary test user, scrun-py in a virtualenv) and run a
 # container through scrun-py as that user on the local one-node cluster: once with
 # scrun-py itself, once with rootless `podman run`.   sudo scripts/demo.sh
+#
+#   sudo scripts/demo.sh --nodes 3   the same on a 3-node cluster (scripts/cluster.sh
+#                                    --nodes 3): one task on each node, each printing its
+#                                    rank and node, labelled (docs/multinode.md)
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-"$REPO/scripts/cluster.sh" up
-eval "$("$REPO/scripts/cluster.sh" env | sed 's/^/export /')"
+NODES=1
+case "${1:-}" in
+    --nodes) NODES=${2:?--nodes needs a number} ;;
+    --nodes=*) NODES=${1#--nodes=} ;;
+    "") ;;
+    *) echo "usage: $0 [--nodes N]" >&2; exit 2 ;;
+esac
+"$REPO/scripts/cluster.sh" up --nodes "$NODES"
+eval "$("$REPO/scripts/cluster.sh" env --nodes "$NODES" | sed 's/^/export /')"
+# a job across the nodes: one task on each, every line labelled with its task's rank
+SCRUN_OPTS=()
+MSG='hello from a container in Slurm job $SLURM_JOB_ID on $(hostname), uid $(id -u) inside'
+PODMAN_MSG='hello from podman, Slurm job $SLURM_JOB_ID'
+if [ "$NODES" -gt 1 ]; then
+    SCRUN_OPTS=(SCRUN_JOB_NUM_NODES="$NODES" SCRUN_LABELIO=1)
+    MSG='rank $SLURM_PROCID of $SLURM_NTASKS on node $SLURMD_NODENAME (node $SLURM_NODEID of $SLURM_JOB_NODELIST), Slurm job $SLURM_JOB_ID'
+    PODMAN_MSG="podman: $MSG"
+fi
 uid=$(id -u "$SCRUN_TEST_USER")
 work=$(mktemp -d /tmp/scrun-py-demo.XXXXXX)
 chmod 755 "$work"
@@ -19,27 +39,28 @@ for a in sh echo cat hostname id uname; do
     ln -sf /bin/busybox "$work/bundle/rootfs/bin/$a"; ln -sf /bin/busybox "$work/bundle/rootfs/usr/bin/$a"
 done
 (cd "$work/bundle" && crun spec --rootless)
-"$SCRUN_TEST_VENV/bin/python" - "$work/bundle/config.json" <<'PY'
+"$SCRUN_TEST_VENV/bin/python" - "$work/bundle/config.json" "$MSG" <<'PY'
 import json, sys
 path = sys.argv[1]
 cfg = json.load(open(path))
 cfg["process"]["terminal"] = False
-cfg["process"]["args"] = ["sh", "-c",
-    'echo "hello from a container in Slurm job $SLURM_JOB_ID on $(hostname), uid $(id -u) inside"']
+cfg["process"]["args"] = ["sh", "-c", f'echo "{sys.argv[2]}"']
 json.dump(cfg, open(path, "w"), indent=2)
 PY
 chown -R "$SCRUN_TEST_USER" "$work"
 echo "== scrun-py run, as $SCRUN_TEST_USER =="
 setpriv --reuid="$SCRUN_TEST_USER" --regid="$SCRUN_TEST_USER" --init-groups -- \
     env HOME="/home/$SCRUN_TEST_USER" USER="$SCRUN_TEST_USER" XDG_RUNTIME_DIR="/run/user/$uid" \
-        SLURM_CONF="$SLURM_CONF" PATH="$SCRUN_TEST_VENV/bin:/usr/bin:/bin" \
+        SLURM_CONF="$SLURM_CONF" PATH="$SCRUN_TEST_VENV/bin:${SCRUN_TEST_SLURM_PREFIX:+$SCRUN_TEST_SLURM_PREFIX/bin:}/usr/bin:/bin" \
+        ${SCRUN_OPTS[@]+"${SCRUN_OPTS[@]}"} \
     scrun-py --root "$work/root" run --bundle "$work/bundle" demo-$$
 show_job() {
     local job
     job=$(squeue -h -u "$SCRUN_TEST_USER" --states=all -o '%i %j' 2>/dev/null |
           awk '$2=="scrun"{print $1}' | sort -n | tail -1)
     echo "== the Slurm job that ran it =="
-    scontrol show job "$job" | grep -E 'JobId|JobState|UserId|NodeList|ExitCode' | sed 's/^ */  /'
+    scontrol show job "$job" | grep -E 'JobId|JobState|UserId|NodeList|ExitCode|NumNodes' |
+        grep -v ReqNodeList | sed 's/^ */  /'
 }
 show_job
 if [ "${WITH_ENGINES:-1}" = 1 ]; then
@@ -49,7 +70,8 @@ if [ "${WITH_ENGINES:-1}" = 1 ]; then
         env -i HOME="/home/$SCRUN_TEST_USER" USER="$SCRUN_TEST_USER" LOGNAME="$SCRUN_TEST_USER" \
             PATH=/usr/local/bin:/usr/bin:/bin XDG_RUNTIME_DIR="/run/user/$uid" \
             CONTAINERS_CONF="$CONTAINERS_CONF" \
-        podman run --rm "localhost/$SCRUN_TEST_IMAGE" \
-            sh -c 'echo "hello from podman, Slurm job $SLURM_JOB_ID"')
+        podman run --rm ${SCRUN_OPTS[@]+$(printf -- '-e %s ' "${SCRUN_OPTS[@]}")} \
+            "localhost/$SCRUN_TEST_IMAGE" \
+            sh -c "echo \"$PODMAN_MSG\"")
     show_job
 fi

@@ -9,7 +9,9 @@
 #   scripts/test.sh --slurm R [pytest args]   the full suite on release R only
 #
 # Each release's cluster is brought up first (idempotent; a release that is not packaged is
-# built once into /opt/slurm/R, about 5 minutes).
+# built once into /opt/slurm/R, about 5 minutes).  On every release, the multi-node tests
+# (tests/e2e/test_multinode.py) then run against that release's 3-node cluster
+# (scripts/cluster.sh up --slurm R --nodes 3), with the pytest args that are not paths.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"
@@ -21,7 +23,9 @@ RELEASE_SUITE=(tests/e2e/test_lifecycle.py tests/e2e/test_engines.py tests/e2e/t
                tests/e2e/test_faults.py tests/e2e/test_spank.py tests/e2e/test_versus_scrun.py
                tests/e2e/test_release.py)
 
-run_on() {  # RELEASE [pytest args...]
+MULTINODE=tests/e2e/test_multinode.py
+
+run_on() {  # RELEASE [pytest args...]: the one-node cluster, without the multi-node tests
     local rel=$1; shift
     "$REPO/scripts/cluster.sh" up --slurm "$rel"
     (
@@ -29,18 +33,34 @@ run_on() {  # RELEASE [pytest args...]
         echo "[test] Slurm $rel: pytest $*" >&2
         # under CI=true a skipped end-to-end test is a failure (tests/e2e/conftest.py)
         timeout "${SCRUN_TEST_TIMEOUT:-4800}" "$SCRUN_TEST_VENV/bin/python" -m pytest \
-            -p no:cacheprovider "$@"
+            -p no:cacheprovider --ignore="$MULTINODE" "$@"
     )
 }
 
+run_multinode_on() {  # RELEASE [pytest args...]: the release's 3-node cluster
+    local rel=$1 a opts=(); shift
+    # the pytest args but the test paths (they name one-node tests)
+    for a in "$@"; do [ -e "${a%%::*}" ] || opts+=("$a"); done
+    "$REPO/scripts/cluster.sh" up --slurm "$rel" --nodes 3
+    (
+        eval "$("$REPO/scripts/cluster.sh" env --slurm "$rel" --nodes 3 | sed 's/^/export /')"
+        echo "[test] Slurm $rel, 3 nodes: pytest ${opts[*]} $MULTINODE" >&2
+        timeout "${SCRUN_TEST_TIMEOUT:-4800}" "$SCRUN_TEST_VENV/bin/python" -m pytest \
+            -p no:cacheprovider "${opts[@]}" "$MULTINODE"
+    )
+}
+
+rc=0
 if [ -n "$ONLY" ]; then
-    run_on "$ONLY" "$@"
-    exit
+    run_on "$ONLY" "$@" || rc=$?
+    run_multinode_on "$ONLY" "$@" || rc=$?
+    exit $rc
 fi
 mapfile -t RELEASES < <("$REPO/scripts/cluster.sh" releases)
-rc=0
 run_on "${RELEASES[0]}" "$@" || rc=$?
+run_multinode_on "${RELEASES[0]}" "$@" || rc=$?
 for rel in "${RELEASES[@]:1}"; do
     run_on "$rel" "$@" "${RELEASE_SUITE[@]}" || rc=$?
+    run_multinode_on "$rel" "$@" || rc=$?
 done
 exit $rc
