@@ -19,6 +19,7 @@ from scrun_py.errors import AllocationFailed, SlurmError
 from scrun_py.slurm.argv import ABANDON_ENV
 from scrun_py.slurm.backend import Allocation, SlurmBackend, Step, StepRequest
 from scrun_py.slurm.options import JobOptions
+from scrun_py.slurm.parse import max_tasks_per_node
 
 RELEASE_TIMEOUT_S = 60.0
 STDERR_DRAIN_S = 5.0  # after srun exits: what the container wrote last still arrives
@@ -182,7 +183,9 @@ class Job:
         if alloc is None or not alloc.owned:
             return
         step_id = await self.step_id()
-        argv = self.backend.kill_argv(alloc.job_id, step_id) if step_id is not None else None
+        per_node = max_tasks_per_node(alloc.env.get("SLURM_TASKS_PER_NODE", "1"))
+        argv = (self.backend.kill_argv(alloc.job_id, step_id, per_node)
+                if step_id is not None else None)
         if argv is not None:
             script = "timeout 30 " + shlex.join(argv) + "\n"
             with contextlib.suppress(OSError):

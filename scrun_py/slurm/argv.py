@@ -83,7 +83,8 @@ def build_job_info_argv(job_id: int) -> list[str]:
     return ["squeue", "--noheader", f"--jobs={job_id}", "--format=%e|%U|%G"]
 
 
-def signal_shell_command(kill_pattern: str, *, job_id: int, step_id: int, signal: int) -> str:
+def signal_shell_command(kill_pattern: str, *, job_id: int, step_id: int, signal: int,
+                         tasks_per_node: int = 1) -> str:
     """Deliver `signal` to the container through the runtime's own kill command.
 
     oci.conf's RunTimeKill (e.g. `crun … kill -a %n.%u.%j.%s.%t`) names the
@@ -92,12 +93,15 @@ def signal_shell_command(kill_pattern: str, *, job_id: int, step_id: int, signal
     nothing for rootless containers without a cgroup).  Node-local values are
     expanded by the shell on the node.  (Slurm turns every step signal into
     kill+delete for container steps, so a trap in the container would never run.)
+    With several tasks on a node each has its own container (`%t` is the node-local
+    task id): the command then loops over them and succeeds if any took the signal.
     """
     kill_pattern = " ".join(w for w in kill_pattern.split() if w not in ("-a", "--all"))
     out: list[str] = []
     i = 0
     values = {
-        "%": "%", "j": str(job_id), "s": str(step_id), "t": "0",
+        "%": "%", "j": str(job_id), "s": str(step_id),
+        "t": "0" if tasks_per_node <= 1 else '"$t"',
         "n": '"${SLURMD_NODENAME}"', "u": '"$(id -un)"', "U": '"$(id -u)"',
     }
     while i < len(kill_pattern):
@@ -113,4 +117,9 @@ def signal_shell_command(kill_pattern: str, *, job_id: int, step_id: int, signal
             continue
         out.append(ch)
         i += 1
-    return "".join(out) + f" {signal}"
+    cmd = "".join(out) + f" {signal}"
+    if tasks_per_node <= 1:
+        return cmd
+    ids = " ".join(str(t) for t in range(tasks_per_node))
+    return f"rc=1; for t in {ids}; do {cmd} && rc=0; done; exit $rc"
+

@@ -85,8 +85,10 @@ class SlurmBackend(Protocol):
                      alive: Callable[[], bool]) -> None:
         """Deliver `sig` to the container's init (through the runtime when possible)."""
 
-    def kill_argv(self, job_id: int, step_id: int) -> list[str] | None:
-        """A command that SIGKILLs the container without the anchor (None if impossible)."""
+    def kill_argv(self, job_id: int, step_id: int,
+                  tasks_per_node: int = 1) -> list[str] | None:
+        """A command that SIGKILLs the container (every task's, up to `tasks_per_node` on
+        a node) without the anchor (None if impossible)."""
 
     def command_argv(self, job_id: int, command: str) -> list[str]:
         """A helper step running `/bin/sh -c command` on every node of the job."""

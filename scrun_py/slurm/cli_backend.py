@@ -296,7 +296,8 @@ class CliSlurm:
 
     async def signal(self, job_id: int, step_id: int | None, sig: int, env: dict[str, str],
                      alive: Callable[[], bool]) -> None:
-        argv = self.signal_argv(job_id, step_id, sig)
+        argv = self.signal_argv(job_id, step_id, sig, parse.max_tasks_per_node(
+            env.get("SLURM_TASKS_PER_NODE", "1")))
         if argv is not None:
             for _attempt in range(RUNTIME_SIGNAL_ATTEMPTS):
                 res = await self._run(argv, env=env)
@@ -306,22 +307,25 @@ class CliSlurm:
         with contextlib.suppress(SlurmError):
             await self._run(slurm_argv.build_scancel_argv(job_id, signal=sig, step_id=step_id))
 
-    def signal_argv(self, job_id: int, step_id: int | None, sig: int) -> list[str] | None:
+    def signal_argv(self, job_id: int, step_id: int | None, sig: int,
+                    tasks_per_node: int = 1) -> list[str] | None:
         """The helper step that runs oci.conf's RunTimeKill with `sig` on the job's nodes;
         None when there is no usable RunTimeKill (unknown step, unexpandable tokens)."""
         if not self._runtime_kill or step_id is None:
             return None
         try:
             cmd = slurm_argv.signal_shell_command(self._runtime_kill, job_id=job_id,
-                                                  step_id=step_id, signal=sig)
+                                                  step_id=step_id, signal=sig,
+                                                  tasks_per_node=tasks_per_node)
         except ValueError:
             return None
         return slurm_argv.build_command_step_argv(
             job_id=job_id, command=cmd, srun_path=self._srun, srun_args=self._srun_args,
             name="scrun-signal")
 
-    def kill_argv(self, job_id: int, step_id: int) -> list[str] | None:
-        return self.signal_argv(job_id, step_id, int(signal.SIGKILL))
+    def kill_argv(self, job_id: int, step_id: int,
+                  tasks_per_node: int = 1) -> list[str] | None:
+        return self.signal_argv(job_id, step_id, int(signal.SIGKILL), tasks_per_node)
 
     def command_argv(self, job_id: int, command: str) -> list[str]:
         return slurm_argv.build_command_step_argv(

@@ -78,3 +78,13 @@ def parse_job_info(text: str) -> tuple[float | None, int | None, int | None]:
     except ValueError:
         return parse_slurm_time(end_s), None, None
     return parse_slurm_time(end_s), uid, gid
+
+
+def max_tasks_per_node(tasks_per_node: str) -> int:
+    """SLURM_TASKS_PER_NODE ("2(x3),1") -> the largest count (1 if unknown)."""
+    best = 1
+    for part in tasks_per_node.split(","):
+        head = part.split("(", 1)[0].strip()
+        if head.isdigit():
+            best = max(best, int(head))
+    return best

@@ -367,12 +367,10 @@ class TestSignals:
         assert 0 != created.wait_exit(timeout=60)
         assert [] == nothing_left(env, "del", job)
 
-    def test_kill_reaches_every_task_of_a_node(self, user_env: Env, release: tuple[int, int],
-                                               request: pytest.FixtureRequest) -> None:
-        """Two tasks per node: `kill` must reach both containers of each node.  scrun-py
-        signals local task 0 only (it expands RunTimeKill's %t to 0), so on 24.11 the
-        second task of each node keeps running: a known gap (docs/multinode.md), marked
-        xfail(strict) so that the fix shows.  22.05 cannot launch such a step at all."""
+    def test_kill_reaches_every_task_of_a_node(self, user_env: Env,
+                                               release: tuple[int, int]) -> None:
+        """Two tasks per node: `kill` reaches both containers of each node (RunTimeKill
+        runs once per local task id, %t).  22.05 cannot launch such a step at all."""
         env = user_env
         bundle = _bundle(env, TRAP)
         created, job = _run_started(env, "trap2", bundle, SCRUN_JOB_NUM_NODES="3",
@@ -383,8 +381,6 @@ class TestSignals:
             assert 0 == env.run("delete", "trap2").returncode
             assert [] == nothing_left(env, "trap2", job)
             return
-        request.applymarker(pytest.mark.xfail(
-            strict=True, reason="kill signals local task 0 of each node only"))
         try:
             _wait(lambda: len(labelled(created.stdout())) == 6, 60, "every task up")
             assert 0 == env.run("kill", "trap2", "TERM").returncode
@@ -397,9 +393,7 @@ class TestSignals:
             env.run("delete", "--force", "trap2")
             created.wait_exit(timeout=60)
             left = nothing_left(env, "trap2", job)
-            # the containers of local task 1 were SIGKILLed by Slurm at the step's end,
-            # which leaves their runtime state behind
-            remove_runtime_states(env, job)
+            remove_runtime_states(env, job)  # only if the test failed half-way
         assert [] == left
 
 

@@ -110,7 +110,8 @@ class FakeSlurm:
         if self.step is not None and not self.ignore_signals and sig in FATAL_BY_DEFAULT:
             self.step.exit(-sig)
 
-    def kill_argv(self, job_id: int, step_id: int) -> list[str] | None:
+    def kill_argv(self, job_id: int, step_id: int,
+                  tasks_per_node: int = 1) -> list[str] | None:
         return ["kill-container", str(job_id), str(step_id)]
 
     def command_argv(self, job_id: int, command: str) -> list[str]:

@@ -137,6 +137,11 @@ CASES: dict[str, tuple[str, Callable[[], Rendered]]] = {
     "signal_crun_uid": (
         f"signal_shell_command({CRUN_KILL_UID!r}, job_id=7, step_id=3, signal=9)",
         lambda: slurm_argv.signal_shell_command(CRUN_KILL_UID, job_id=7, step_id=3, signal=9)),
+    "signal_crun_two_tasks": (
+        f"signal_shell_command({CRUN_KILL!r}, job_id=42, step_id=0, signal=15, "
+        "tasks_per_node=2)",
+        lambda: slurm_argv.signal_shell_command(CRUN_KILL, job_id=42, step_id=0, signal=15,
+                                                tasks_per_node=2)),
 }
 
 

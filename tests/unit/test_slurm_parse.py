@@ -35,3 +35,11 @@ class TestParse:
         ("", (None, None))])
     def test_job_info(self, text: str, ids: tuple[int | None, int | None]) -> None:
         assert ids == parse.parse_job_info(text)[1:]
+
+
+class TestMaxTasksPerNode:
+    @pytest.mark.parametrize(("text", "expected"), [
+        ("1", 1), ("2(x3)", 2), ("2(x3),1", 2), ("1,3", 3), ("", 1), ("junk", 1)])
+    def test_largest_count(self, text: str, expected: int) -> None:
+        """SLURM_TASKS_PER_NODE's largest per-node count bounds the local task ids."""
+        assert expected == parse.max_tasks_per_node(text)
