@@ -2,9 +2,9 @@
 # Set up everything on a fresh Debian 12/13 machine (packages, munge, slurmctld, slurmd,
 # crun, docker and podman, an ordinary test user, scrun-py in a virtualenv) and run a
 # container through scrun-py as that user on the local one-node cluster: once with
-# scrun-py itself, once with rootless `podman run`.   sudo scripts/demo.sh
+# scrun-py itself, once with rootless `podman run`.   scripts/demo.sh (as root)
 #
-#   sudo scripts/demo.sh --nodes 3   the same on a 3-node cluster (scripts/cluster.sh
+#   scripts/demo.sh --nodes 3   the same on a 3-node cluster (scripts/cluster.sh
 #                                    --nodes 3): one task on each node, each printing its
 #                                    rank and node, labelled (docs/multinode.md)
 set -euo pipefail
