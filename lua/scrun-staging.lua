@@ -38,11 +38,12 @@ local function q(s)
   return "'" .. (tostring(s):gsub("'", [['\'']])) .. "'"
 end
 
-local function sh(cmd, ok_codes)
+local function sh(cmd, ok_codes, what)
   local status, output = slurm.allocator_command(cmd)
   if not (ok_codes or { [0] = true })[status] then
-    slurm.log_error("scrun-staging: command failed with status %s: %s: %s",
-                    tostring(status), cmd, output or "")
+    -- the script's text is long (engines cut long errors): say what it did, and its output
+    slurm.log_error("scrun-staging: %s failed with status %s: %s", what or cmd,
+                    tostring(status), ((output or ""):gsub("%s+$", "")))
     return false
   end
   return true
@@ -73,6 +74,15 @@ local COPY_FUNCTIONS = table.concat({
     .. '2>/dev/null && { [ -L "$1" ] || ! { [ -u "$1" ] || [ -g "$1" ] || [ -k "$1" ]; } '
     .. '|| [ "$(id -u)" = 0 ] || chmod --reference="$1" -- "$2"; }; } '
     .. '|| rsync_copy "$1" "$2"; }',
+}, "\n")
+
+-- lend_w DIR: make DIR writable by its owner until give_back_w (modes restored in reverse)
+local LEND_FUNCTIONS = table.concat({
+  'lent=""',
+  'lend_w() { if [ -d "$1" ] && [ ! -w "$1" ]; then '
+    .. 'lent="$(stat -c %a -- "$1") $1\n$lent"; chmod u+w -- "$1"; fi; }',
+  'give_back_w() { printf "%s" "$lent" | while read -r m f; do '
+    .. 'if [ -n "$f" ]; then chmod "$m" -- "$f"; fi; done; lent=""; }',
 }, "\n")
 
 local function paths(id, user_id)
@@ -167,6 +177,12 @@ local function rewrite_config(config, staged_root, user_id, group_id, job_env)
       mount.options = options
     end
     local source, destination = mount.source, mount.destination
+    if is_bind and destination == "/dev/shm" then
+      -- podman 5 binds a tmpfs of its own there: the node gives the container a new one
+      mount = slurm.json_object({ destination = "/dev/shm", type = "tmpfs", source = "shm",
+        options = slurm.json_array({ "nosuid", "noexec", "nodev", "mode=1777" }) })
+      is_bind = false
+    end
     if is_bind and type(source) == "string" and source:sub(1, 1) == "/"
         and type(destination) == "string" and destination:sub(1, 1) == "/"
         and not is_node_local(source) then
@@ -182,17 +198,21 @@ end
 -- Copy bind-mount sources to their destinations inside the staged rootfs, in one shell,
 -- refusing destinations that symlinks in the image would lead out of the rootfs.
 local function copy_into_rootfs(copies, staged_root)
-  local script = { COPY_FUNCTIONS, "set -e" }
+  -- The copy keeps the image's modes, and the job user is not root: a read-only directory
+  -- on the way (podman 5 makes the rootfs itself 0555) is lent u+w for the copy only.
+  local script = { COPY_FUNCTIONS, "set -e", LEND_FUNCTIONS }
   for _, copy in ipairs(copies) do
     local source = q(copy.source)
     table.insert(script, "d=$(realpath -m -- " .. q(staged_root .. copy.destination) .. ")")
     table.insert(script, format('case "$d" in %s|%s/*) ;; *) echo "destination leaves the '
                                 .. 'rootfs: $d" >&2; exit 1;; esac', q(staged_root), q(staged_root)))
-    table.insert(script, format('if [ -d %s ]; then mkdir -p -- "$d"; copy_dir %s "$d"; '
-                                .. 'else mkdir -p -- "${d%%/*}"; copy_file %s "$d"; fi',
-                                source, source, source))
+    table.insert(script, format('p=${d%%/*}; a=$p; while [ ! -e "$a" ]; do a=${a%%/*}; done; '
+                                .. 'lend_w "$a"; '
+                                .. 'if [ -d %s ]; then mkdir -p -- "$d"; copy_dir %s "$d"; '
+                                .. 'else mkdir -p -- "$p"; lend_w "$p"; copy_file %s "$d"; fi; '
+                                .. 'give_back_w', source, source, source))
   end
-  return sh(table.concat(script, "\n"))
+  return sh(table.concat(script, "\n"), nil, "copying bind-mount sources into the rootfs")
 end
 
 function slurm_scrun_stage_in(id, bundle, spool_dir, config_file, job_id, user_id,
@@ -218,8 +238,9 @@ function slurm_scrun_stage_in(id, bundle, spool_dir, config_file, job_id, user_i
     "mkdir -p -- " .. q(staged_root),
   }, "\n")
   -- staged_root is new and empty: nothing for --delete to do
-  local ok = sh(prepare)
-    and sh(format("%s\ncopy_dir %s %s", COPY_FUNCTIONS, q(source_root), q(staged_root)))
+  local ok = sh(prepare, nil, "preparing " .. staging)
+    and sh(format("%s\ncopy_dir %s %s", COPY_FUNCTIONS, q(source_root), q(staged_root)),
+           nil, "copying " .. source_root)
   local excludes = {}
   if ok then
     local copies = rewrite_config(config, staged_root, user_id, group_id, job_env)
