@@ -11,17 +11,22 @@ import contextlib
 import os
 import shlex
 import signal
+import time
+from collections.abc import Callable
 
 from scrun_py import procs, spool
 from scrun_py.anchor.container import Container
 from scrun_py.anchor.stderr_relay import StderrRelay
-from scrun_py.errors import AllocationFailed, SlurmError
+from scrun_py.anchor.table import FATAL_BY_DEFAULT
+from scrun_py.errors import AllocationFailed, ScrunError, SlurmError
 from scrun_py.slurm.argv import ABANDON_ENV
 from scrun_py.slurm.backend import Allocation, SlurmBackend, Step, StepRequest
 from scrun_py.slurm.options import JobOptions
-from scrun_py.slurm.parse import max_tasks_per_node
+from scrun_py.slurm.parse import max_tasks_per_node, transient_launch_failure
 
 RELEASE_TIMEOUT_S = 60.0
+STEP_RETRY_S = 60.0  # slurmctld restarting while srun creates the step
+STEP_RETRY_PAUSE_S = 1.0
 STDERR_DRAIN_S = 5.0  # after srun exits: what the container wrote last still arrives
 SIGKILL = int(signal.SIGKILL)
 
@@ -36,6 +41,8 @@ class Job:
         self.alloc: Allocation | None = None
         self.step: Step | None = None
         self._relay: StderrRelay | None = None
+        self._relaunching = False  # between a step srun could not create and the next
+        self._signal_while_relaunching = 0
 
     # ---- the job -----------------------------------------------------------------------------
     async def allocate(self) -> Allocation:
@@ -122,13 +129,36 @@ class Job:
             box.pty_slave = None
         return self.step
 
-    async def wait_step(self, step: Step, check_revoked: bool) -> int:
-        """The container's exit code once its step has exited."""
-        code = procs.exit_code(await step.wait())
-        if self._relay is not None:
-            # the container's last stderr bytes reach the engine before its exit
-            await self._relay.drain(STDERR_DRAIN_S)
-            self._relay.close()
+    async def wait_step(self, step: Step, check_revoked: bool,
+                        may_relaunch: Callable[[], bool] = lambda: False) -> int:
+        """The container's exit code once its step has exited.  A step srun could not
+        create because slurmctld did not answer (the container never ran) is launched
+        again for up to STEP_RETRY_S, while `may_relaunch()` and no signal came."""
+        deadline = time.monotonic() + STEP_RETRY_S
+        while True:
+            code = procs.exit_code(await step.wait())
+            failure = None
+            if self._relay is not None:
+                # the container's last stderr bytes reach the engine before its exit
+                await self._relay.drain(STDERR_DRAIN_S)
+                failure = self._relay.launch_failure
+                self._relay.close()
+            if not (code and failure and transient_launch_failure(failure)
+                    and time.monotonic() < deadline and may_relaunch()):
+                break
+            self.box.event("step not created, launching it again", reason=failure)
+            self._relaunching = True
+            await asyncio.sleep(STEP_RETRY_PAUSE_S)
+            self._relaunching = False
+            if self._signal_while_relaunching or not may_relaunch():
+                break
+            try:
+                step = await self.launch()
+            except ScrunError as exc:
+                self.box.event("relaunch failed", error=str(exc))
+                break
+        if self._signal_while_relaunching:  # the container never ran: as a kill before start
+            code = 128 + self._signal_while_relaunching
         alloc = self.alloc
         if code == 0 and check_revoked and alloc and self.backend.revoked(alloc):
             # the job ended underneath a running step (scancel, node failure): srun gives
@@ -152,6 +182,8 @@ class Job:
     async def signal(self, sig: int) -> None:
         """Signal the container's init, if its step runs (signal 0: nothing to do)."""
         alloc = self.alloc
+        if sig and self._relaunching and sig in FATAL_BY_DEFAULT:
+            self._signal_while_relaunching = sig
         if sig == 0 or alloc is None or not self.step_alive():
             return
         step_id = await self.step_id()

@@ -265,7 +265,8 @@ class Lifecycle:
         return self._kill_step(ev)
 
     async def _watch_step(self, step: Step) -> None:
-        code = await self.job.wait_step(step, check_revoked=self.phase is Phase.RUNNING)
+        code = await self.job.wait_step(step, check_revoked=self.phase is Phase.RUNNING,
+                                        may_relaunch=lambda: self.phase is Phase.RUNNING)
         self.fire(Ev(Event.STEP_EXITED, code=code))
 
     async def _term_step(self) -> None:

@@ -18,6 +18,8 @@ import queue
 import re
 import threading
 
+from scrun_py.slurm.parse import step_launch_failure
+
 _SRUN_EXIT = re.compile(rb"srun: error: [^\s:]+: tasks? [0-9,\-]+: Exited with exit code \d+\r?\n")
 _PREFIX = b"srun: error: "
 _MAX_LINE = 512  # srun's line is far shorter; longer text is never held back
@@ -29,6 +31,8 @@ class LineFilter:
 
     def __init__(self) -> None:
         self._held = b""
+        # srun's "Unable to create step for job N: REASON" (passed on): the step never ran
+        self.launch_failure: str | None = None
 
     def feed(self, data: bytes) -> bytes:
         buf = self._held + data
@@ -42,6 +46,8 @@ class LineFilter:
             line = buf[start:nl + 1]
             if not _SRUN_EXIT.fullmatch(line):
                 out.append(line)
+                if line.startswith(_PREFIX):
+                    self.launch_failure = step_launch_failure(line) or self.launch_failure
             start = nl + 1
         rest = buf[start:]
         if rest and len(rest) < _MAX_LINE and (_PREFIX.startswith(rest[:len(_PREFIX)])):
@@ -85,6 +91,11 @@ class StderrRelay:
         self._chunks: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         self._done: asyncio.Future[None] | None = None
         self._filter = LineFilter()
+
+    @property
+    def launch_failure(self) -> str | None:
+        """srun's reason when it could not create the step (see LineFilter)."""
+        return self._filter.launch_failure
 
     def start(self) -> None:
         """Call once the step has its copy of `write_fd`: ours is closed here."""

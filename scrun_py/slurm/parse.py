@@ -88,3 +88,25 @@ def max_tasks_per_node(tasks_per_node: str) -> int:
         if head.isdigit():
             best = max(best, int(head))
     return best
+
+
+_STEP_LAUNCH_FAILURE = re.compile(
+    rb"srun: error: Unable to (?:create step|confirm allocation) for job \d+: (.+?)\r?\n?")
+# srun gives up at once when slurmctld cannot be reached (restarting, say) while it
+# creates the step; 22.05's srun rode a short restart out, 24.11's does not
+_TRANSIENT = ("Connection reset by peer", "Connection refused", "Socket timed out",
+              "Unable to contact slurm controller", "Zero Bytes were transmitted",
+              "Transport endpoint is not connected", "Broken pipe",
+              "Communication connection failure")
+
+
+def step_launch_failure(line: bytes) -> str | None:
+    """The reason in srun's "Unable to create step for job N: REASON" line, else None."""
+    m = _STEP_LAUNCH_FAILURE.fullmatch(line)
+    return m.group(1).decode(errors="replace") if m else None
+
+
+def transient_launch_failure(reason: str) -> bool:
+    """A step that could not be created because slurmctld did not answer: trying again
+    later can work (the container never ran)."""
+    return any(t in reason for t in _TRANSIENT)

@@ -6,6 +6,7 @@ kill/delete/anchor signals in each phase).  No cluster, no subprocess."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from pathlib import Path
@@ -26,7 +27,9 @@ from scrun_py.errors import (
     SlurmError,
     StepLaunchFailed,
 )
+from scrun_py.slurm.backend import StepRequest
 from tests.unit.anchor_harness import CID, Harness, run
+from tests.unit.fake_slurm import FakeStep
 
 TRANSITIONS = sorted(TABLE, key=lambda k: (list(Phase).index(k[0]), list(Event).index(k[1])))
 
@@ -544,5 +547,68 @@ class TestJobAndStep:
                                                env["SCRUN_SPOOL_DIR"])
             assert job_mod.STDERR_DRAIN_S > 0
             await h.finish()
+
+        run(body)
+
+
+class TestStepNotCreated:
+    """srun could not create the step because slurmctld did not answer (it was
+    restarting): the container never ran, so the step is launched again."""
+
+    @staticmethod
+    def _failing_first_launch(h: Harness, reason: str) -> None:
+        launch = h.fake.launch_step
+
+        async def launch_step(req: StepRequest) -> FakeStep:
+            step = await launch(req)
+            if len(h.fake.launches) == 1:
+                os.write(req.stdio[2], b"srun: error: Unable to create step for job 7: "
+                         + reason.encode() + b"\n")
+                step.exit(1)
+            return step
+
+        h.fake.launch_step = launch_step  # type: ignore[method-assign]
+
+    def test_launched_again(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(job_mod, "STEP_RETRY_PAUSE_S", 0.01)
+
+        async def body() -> None:
+            h = Harness(tmp_path)
+            self._failing_first_launch(h, "Connection reset by peer")
+            await h.drive(Phase.RUNNING)
+            await h.until(lambda: len(h.fake.launches) == 2, "the second launch")
+            assert h.fake.step is not None
+            h.fake.step.exit(0)
+            assert 0 == await h.lc.wait_stopped()
+
+        run(body)
+
+    def test_other_failures_are_final(self, tmp_path: Path,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(job_mod, "STEP_RETRY_PAUSE_S", 0.01)
+
+        async def body() -> None:
+            h = Harness(tmp_path)
+            self._failing_first_launch(h, "Requested node configuration is not available")
+            await h.drive(Phase.RUNNING)
+            assert 1 == await h.lc.wait_stopped()
+            assert 1 == len(h.fake.launches)
+
+        run(body)
+
+    def test_kill_while_relaunching(self, tmp_path: Path,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+        """A TERM between the failed launch and the next: the container never runs and
+        stops as killed (143)."""
+        monkeypatch.setattr(job_mod, "STEP_RETRY_PAUSE_S", 0.3)
+
+        async def body() -> None:
+            h = Harness(tmp_path)
+            self._failing_first_launch(h, "Connection refused")
+            await h.drive(Phase.RUNNING)
+            await asyncio.sleep(0.1)
+            await h.lc.kill(15)
+            assert 143 == await h.lc.wait_stopped()
+            assert 1 == len(h.fake.launches)
 
         run(body)

@@ -43,3 +43,21 @@ class TestMaxTasksPerNode:
     def test_largest_count(self, text: str, expected: int) -> None:
         """SLURM_TASKS_PER_NODE's largest per-node count bounds the local task ids."""
         assert expected == parse.max_tasks_per_node(text)
+
+
+class TestStepLaunchFailure:
+    @pytest.mark.parametrize(("line", "reason"), [
+        (b"srun: error: Unable to create step for job 7: Connection reset by peer\n",
+         "Connection reset by peer"),
+        (b"srun: error: Unable to confirm allocation for job 2000136: Connection reset by "
+         b"peer\n", "Connection reset by peer"),
+        (b"srun: error: vm: task 0: Exited with exit code 1\n", None),
+        (b"Unable to create step for job 7: x\n", None)])
+    def test_reason(self, line: bytes, reason: str | None) -> None:
+        assert reason == parse.step_launch_failure(line)
+
+    def test_transient_only_when_slurmctld_did_not_answer(self) -> None:
+        assert parse.transient_launch_failure("Unable to contact slurm controller (connect "
+                                              "failure)")
+        assert not parse.transient_launch_failure(
+            "Requested node configuration is not available")
