@@ -68,8 +68,10 @@ class Engine:
         return Path(f"/tmp/scrun-staging-{self.user.uid}")
 
     def env(self) -> dict[str, str]:
+        # podman 5 (Debian 13) warns about cgroup v1 on every command, into the output
+        # the tests read
         extra = {"DOCKER_HOST": DOCKER_HOST} if self.name == "docker" else {
-            "CONTAINERS_CONF": str(PODMAN_CONF)}
+            "CONTAINERS_CONF": str(PODMAN_CONF), "PODMAN_IGNORE_CGROUPSV1_WARNING": "1"}
         env = self.user.env(**extra)
         env.pop("SLURM_CONF", None)  # the engines must find the cluster from their config
         return env
