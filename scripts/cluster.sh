@@ -354,7 +354,11 @@ wait_nodes() {  # every node idle (a node drained or down by an earlier run is r
 node_pids() {  # NODE: every process of that node: its UTS namespace and their descendants
     local pidf=$STATE/slurmd-$1.pid ns p
     pid_alive "$pidf" || return 0
+    # only this cluster's slurmd, in a UTS namespace of its own: a stale pid file whose pid
+    # now belongs to another process must not take the machine's namespace with it
+    tr '\0' ' ' < "/proc/$(cat "$pidf")/cmdline" 2>/dev/null | grep -qF "$STATE/slurm.conf" || return 0
     ns=$(readlink "/proc/$(cat "$pidf")/ns/uts")
+    [ "$ns" != "$(readlink /proc/$$/ns/uts)" ] || return 0
     # the namespace members, then their descendants (containers have UTS namespaces of their own)
     local members="" more=1
     for p in /proc/[0-9]*; do
