@@ -17,8 +17,9 @@ from unittest import mock
 
 import pytest
 
-from scrun_py import OCI_SPEC_VERSION, __version__, cli, spool, store
+from scrun_py import OCI_SPEC_VERSION, __version__, spool, store
 from scrun_py.settings import Invocation
+from tests.unit.cli_run import run
 
 RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")
 LOGRUS_TEXT = re.compile(r'^time="(?P<time>[^"]+)" level=(?P<level>\w+) msg="(?P<msg>.*)"$')
@@ -28,19 +29,6 @@ UNSUPPORTED = ["exec", "pause", "resume", "ps", "update", "checkpoint", "restore
                "list", "spec"]
 
 
-def run(argv: list[str]) -> int:
-    """Run the CLI like the console script does and return its exit status."""
-    with pytest.raises(SystemExit) as info:
-        cli.main(argv)
-    code = info.value.code
-    return code if isinstance(code, int) else (0 if code is None else 1)
-
-
-@pytest.fixture
-def tmp_root(tmp_path: Path) -> Path:
-    root = tmp_path / "root"
-    root.mkdir(mode=0o700)
-    return root
 
 
 class TestVersion:

@@ -16,27 +16,16 @@ from unittest import mock
 
 import pytest
 
-from scrun_py import cli, spool, store
+from scrun_py import spool, store
 from scrun_py.commands import delete
 from scrun_py.errors import AnchorUnreachable, ContainerStillRunning
+from tests.unit.cli_run import run
 
 # Above the kernel's PID_MAX_LIMIT (4194304): no process can ever have this pid.
 IMPOSSIBLE_PID = 4_194_305
 RUNC_REFUSAL = "cannot delete container c1 that is not stopped: running"
 
 
-def run(argv: list[str]) -> int:
-    with pytest.raises(SystemExit) as info:
-        cli.main(argv)
-    code = info.value.code
-    return code if isinstance(code, int) else (0 if code is None else 1)
-
-
-@pytest.fixture
-def tmp_root(tmp_path: Path) -> Path:
-    root = tmp_path / "root"
-    root.mkdir(mode=0o700)
-    return root
 
 
 def _stored(root: Path, status: str, anchor_pid: int, **fields: object) -> Path:

@@ -17,6 +17,7 @@ import click
 import pytest
 
 from scrun_py import cli, flags
+from tests.unit.cli_run import run
 
 # What each runtime's own option parser declares (runc v1.1 main.go and the verb files,
 # crun 1.8 src/*.c argp tables, Slurm's scrun getopt tables), read from their sources.
@@ -62,12 +63,6 @@ VERB_MODULE = {"create": "create", "run": "run", "start": "start", "state": "sta
                "kill": "kill", "delete": "delete", "features": "features",
                "doctor": "doctor"}
 
-
-def run(argv: list[str]) -> int:
-    with pytest.raises(SystemExit) as info:
-        cli.main(argv)
-    code = info.value.code
-    return code if isinstance(code, int) else (0 if code is None else 1)
 
 
 def flag_argv(flag: flags.Flag) -> list[str]:

@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 import structlog
 
-from scrun_py import cli, flags, logs
+from scrun_py import flags, logs
 from scrun_py.errors import ConfigError
 from scrun_py.oci_conf import parse_oci_conf
+from tests.unit.cli_run import run
 
 LADDER = list(flags.LADDER)
 DEFAULT = {"stderr": logs.LEVELS["error"], "file": logs.LEVELS["info"],
@@ -29,12 +30,6 @@ DEFAULT = {"stderr": logs.LEVELS["error"], "file": logs.LEVELS["info"],
 ENV_SOURCES = [s for s in flags.LEVEL_SOURCES if s.kind == "env"]
 OCI_SOURCES = [s for s in flags.LEVEL_SOURCES if s.kind == "oci.conf"]
 
-
-def run(argv: list[str]) -> int:
-    with pytest.raises(SystemExit) as info:
-        cli.main(argv)
-    code = info.value.code
-    return code if isinstance(code, int) else (0 if code is None else 1)
 
 
 @pytest.fixture
