@@ -267,18 +267,23 @@ class Created:
 
     def wait_exit(self, timeout: float = 120) -> int:
         """The anchor's exit status (it is our child: we are a subreaper)."""
-        pid = self.pid
-        deadline = time.monotonic() + timeout
-        while True:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                return os.waitstatus_to_exitcode(status)
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"anchor {pid} still running after {timeout}s")
-            time.sleep(0.02)
+        return wait_anchor(self.pid, timeout)
 
     def job_id(self) -> int:
         return job_id_of(self.env, self.cid)
+
+
+def wait_anchor(pid: int, timeout: float = 120) -> int:
+    """An anchor's exit status: the test process is a subreaper, so every anchor ends as
+    its child.  TimeoutError if it is still running after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"anchor {pid} still running after {timeout}s")
+        time.sleep(0.02)
 
 
 def job_id_of(env: Env, cid: str) -> int:

@@ -5,14 +5,12 @@ cluster (each of these once crashed `create`)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import SCRUN, Env, leftovers
+from tests.e2e.conftest import SCRUN, Env, leftovers, wait_anchor
 
 pytestmark = pytest.mark.e2e
 
@@ -56,14 +54,7 @@ def test_level_keeps_the_container_working(user_env: Env, conf_dir: Path, case: 
     job = json.loads((env.root / "lvl" / "state.json").read_text())["job_id"]
     start = scrun("start", "lvl")
     assert 0 == start.returncode, start.stderr
-    deadline = time.monotonic() + 120
-    while True:
-        done, status = os.waitpid(anchor, os.WNOHANG)
-        if done:
-            break
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    assert 4 == os.waitstatus_to_exitcode(status)
+    assert 4 == wait_anchor(anchor)
     assert "out\n" in out_file.read_text()
     delete = scrun("delete", "lvl")
     assert 0 == delete.returncode, delete.stderr

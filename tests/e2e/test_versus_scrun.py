@@ -47,6 +47,7 @@ from tests.e2e.conftest import (
     scontrol_job,
     slurm_env,
     slurm_release,
+    wait_anchor,
 )
 
 pytestmark = pytest.mark.e2e
@@ -210,15 +211,11 @@ class Side:
 
     def wait_exit(self, pid: int, timeout: float = EXIT_TIMEOUT_S) -> int:
         """The anchor's exit status (the test process is its subreaper)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                return os.waitstatus_to_exitcode(status)
-            if time.monotonic() > deadline:
-                raise Hung(f"anchor {pid} still running {timeout}s after the container "
-                           f"should have ended ({_cpu_percent(pid):.0f}% CPU)")
-            time.sleep(0.02)
+        try:
+            return wait_anchor(pid, timeout)
+        except TimeoutError:
+            raise Hung(f"anchor {pid} still running {timeout}s after the container "
+                       f"should have ended ({_cpu_percent(pid):.0f}% CPU)") from None
 
     def job_id(self, cid: str) -> int:
         if self.kind == "py":
