@@ -19,7 +19,7 @@ import pytest
 
 from scrun_py import OCI_SPEC_VERSION, __version__, spool, store
 from scrun_py.settings import Invocation
-from tests.unit.cli_run import run
+from tests.unit.cli_run import run, stored
 
 RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")
 LOGRUS_TEXT = re.compile(r'^time="(?P<time>[^"]+)" level=(?P<level>\w+) msg="(?P<msg>.*)"$')
@@ -206,23 +206,11 @@ class TestVerbsOnUnknownContainer:
         assert "container does not exist" in capsys.readouterr().err
 
 
-def _stored(root: Path, status: str, anchor_pid: int, **fields: object) -> Path:
-    """A container record on disk, as an anchor would have left it (job_id 0: no scancel)."""
-    cdir = spool.make_container_dir(root, "c1")
-    record = store.ContainerRecord(id="c1", bundle="/b/c1", rootfs="/b/c1/rootfs",
-                                   status=status, anchor_pid=anchor_pid,
-                                   created="2024-01-02T03:04:05.000000Z", owner="tuser",
-                                   job_id=0)
-    for key, value in fields.items():
-        setattr(record, key, value)
-    store.save(root, record)
-    return cdir
-
 
 class TestStoredContainer:
     def test_state_dead_anchor(self, tmp_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
         """`state` of a record whose anchor is gone prints one line: stopped, pid 0."""
-        _stored(tmp_root, "running", IMPOSSIBLE_PID)
+        stored(tmp_root, "running", IMPOSSIBLE_PID)
         assert 0 == run(["--root", str(tmp_root), "state", "c1"])
         out = capsys.readouterr().out
         assert 1 == len(out.splitlines())
@@ -233,7 +221,7 @@ class TestStoredContainer:
     def test_state_live_anchor(self, tmp_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
         """`state` of a record whose anchor (this process) is alive shows status and pid."""
         pid = os.getpid()
-        _stored(tmp_root, "created", pid, anchor_start=store.process_start_time(pid))
+        stored(tmp_root, "created", pid, anchor_start=store.process_start_time(pid))
         assert 0 == run(["--root", str(tmp_root), "state", "c1"])
         doc = json.loads(capsys.readouterr().out)
         assert ("created", pid) == (doc["status"], doc["pid"])
@@ -250,7 +238,7 @@ class TestStoredContainer:
         """delete of a stopped container removes its dir and the pid file that names its anchor."""
         pid_file = tmp_root.parent / "c1.pid"
         spool.write_pid_file(pid_file, IMPOSSIBLE_PID)
-        cdir = _stored(tmp_root, "stopped", IMPOSSIBLE_PID, pid_file=str(pid_file))
+        cdir = stored(tmp_root, "stopped", IMPOSSIBLE_PID, pid_file=str(pid_file))
         assert 0 == run(["--root", str(tmp_root), "delete", "c1"])
         assert (False, False) == (cdir.exists(), pid_file.exists())
 
@@ -258,7 +246,7 @@ class TestStoredContainer:
         """delete leaves a pid file that now names some other process."""
         pid_file = tmp_root.parent / "c1.pid"
         spool.write_pid_file(pid_file, 1)
-        _stored(tmp_root, "stopped", IMPOSSIBLE_PID, pid_file=str(pid_file))
+        stored(tmp_root, "stopped", IMPOSSIBLE_PID, pid_file=str(pid_file))
         assert 0 == run(["--root", str(tmp_root), "delete", "c1"])
         assert b"1" == pid_file.read_bytes()
 
@@ -270,7 +258,7 @@ class TestStoredContainer:
 
     def test_start_stopped(self, tmp_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
         """start of a container whose anchor is gone fails with runc's wording."""
-        _stored(tmp_root, "created", IMPOSSIBLE_PID)
+        stored(tmp_root, "created", IMPOSSIBLE_PID)
         assert 1 == run(["--root", str(tmp_root), "start", "c1"])
         assert "cannot start a container that has stopped" in capsys.readouterr().err
 

@@ -19,7 +19,7 @@ import pytest
 from scrun_py import spool, store
 from scrun_py.commands import delete
 from scrun_py.errors import AnchorUnreachable, ContainerStillRunning
-from tests.unit.cli_run import run
+from tests.unit.cli_run import run, stored
 
 # Above the kernel's PID_MAX_LIMIT (4194304): no process can ever have this pid.
 IMPOSSIBLE_PID = 4_194_305
@@ -28,22 +28,11 @@ RUNC_REFUSAL = "cannot delete container c1 that is not stopped: running"
 
 
 
-def _stored(root: Path, status: str, anchor_pid: int, **fields: object) -> Path:
-    cdir = spool.make_container_dir(root, "c1")
-    record = store.ContainerRecord(id="c1", bundle="/b/c1", rootfs="/b/c1/rootfs",
-                                   status=status, anchor_pid=anchor_pid,
-                                   created="2024-01-02T03:04:05.000000Z", owner="tuser",
-                                   job_id=0)
-    for key, value in fields.items():
-        setattr(record, key, value)
-    store.save(root, record)
-    return cdir
-
 
 def _live(root: Path, status: str) -> Path:
     """A record whose anchor is this (live) process."""
     pid = os.getpid()
-    return _stored(root, status, pid, anchor_start=store.process_start_time(pid))
+    return stored(root, status, pid, anchor_start=store.process_start_time(pid))
 
 
 class TestDelete:
@@ -106,7 +95,7 @@ class TestDelete:
         fake.write_text(f'#!/bin/sh\necho "$@" > {seen}\n')
         fake.chmod(0o755)
         monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
-        cdir = _stored(tmp_root, "running", IMPOSSIBLE_PID, job_id=42, owns_job=True)
+        cdir = stored(tmp_root, "running", IMPOSSIBLE_PID, job_id=42, owns_job=True)
         assert 0 == run(["--root", str(tmp_root), "delete", "c1"])
         assert "42\n" == seen.read_text()
         assert cdir.exists() is False
@@ -115,6 +104,6 @@ class TestDelete:
                                          monkeypatch: pytest.MonkeyPatch) -> None:
         """No scancel to run is no failure of delete: the container still goes."""
         monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-        cdir = _stored(tmp_root, "running", IMPOSSIBLE_PID, job_id=42, owns_job=True)
+        cdir = stored(tmp_root, "running", IMPOSSIBLE_PID, job_id=42, owns_job=True)
         assert 0 == run(["--root", str(tmp_root), "delete", "c1"])
         assert cdir.exists() is False
