@@ -258,9 +258,10 @@ def versus_rows(pw: pwd.struct_passwd, env: dict[str, str], work: Path, n: int,
         return as_user(pw, [exes[who], "-f", f"{conf}/slurm.conf", "--root",
                             f"{work}/vroot-{'py' if who == 'scrun-py' else 'slurm'}"])
 
-    def lifecycle(who: str, cid: str) -> None:
+    def create(who: str, cid: str, bundle: str) -> int:
+        """`create` through `who`, bounded by HANG_S; the anchor's pid."""
         pid_file = work / f"{cid}.pid"
-        proc = subprocess.Popen([*base(who), "create", "--bundle", str(work / "true"),
+        proc = subprocess.Popen([*base(who), "create", "--bundle", str(work / bundle),
                                  "--pid-file", str(pid_file), cid], env=env,
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
@@ -269,8 +270,12 @@ def versus_rows(pw: pwd.struct_passwd, env: dict[str, str], work: Path, n: int,
         except subprocess.TimeoutExpired as exc:
             proc.kill()
             raise Hang(f"create {cid}") from exc
+        return int(pid_file.read_text())
+
+    def lifecycle(who: str, cid: str) -> None:
+        anchor = create(who, cid, "true")
         call([*base(who), "start", cid], env)
-        wait_gone(int(pid_file.read_text()), f"anchor {cid}")
+        wait_gone(anchor, f"anchor {cid}")
         call([*base(who), "delete", cid], env)
 
     def cids(prefix: str) -> Callable[[], str]:
@@ -296,19 +301,9 @@ def versus_rows(pw: pwd.struct_passwd, env: dict[str, str], work: Path, n: int,
     rss: dict[str, dict[str, object]] = {}
     for who in exes:
         cid = f"vs{who[0]}{next(counter)}"
-        pid_file = work / f"{cid}.pid"
         try:
-            proc = subprocess.Popen([*base(who), "create", "--bundle", str(work / "sleep"),
-                                     "--pid-file", str(pid_file), cid], env=env,
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL)
-            try:
-                proc.wait(timeout=HANG_S)
-            except subprocess.TimeoutExpired as exc:
-                proc.kill()
-                raise Hang(f"create {cid}") from exc
+            anchor = create(who, cid, "sleep")
             call([*base(who), "start", cid], env)
-            anchor = int(pid_file.read_text())
             state_argv = [*base(who), "state", cid]
 
             def one_state(_cid: str, argv: list[str] = state_argv) -> None:
