@@ -119,17 +119,7 @@ install_packages() {
     local pkgs=(munge slurmctld slurmd slurm-client crun runc busybox-static uidmap rsync rsyslog
                 python3-venv procps util-linux gcc libslurm-dev)
     [ "$WITH_ENGINES" = 1 ] && pkgs+=(podman docker.io)
-    # a release other than the packaged one: its build needs these too
-    [ -n "$PREFIX" ] && pkgs+=(rsync)
-    local missing=()
-    for p in "${pkgs[@]}"; do
-        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-    done
-    if [ ${#missing[@]} -gt 0 ]; then
-        log "installing: ${missing[*]}"
-        apt-get update -q >/dev/null
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null
-    fi
+    "$REPO/scripts/apt-install.sh" cluster "${pkgs[@]}"
     if [ -n "$PREFIX" ]; then "$REPO/scripts/slurm-build.sh" "$RELEASE"; fi
 }
 

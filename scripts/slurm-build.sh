@@ -32,15 +32,7 @@ fi
 BUILD_DEPS=(build-essential libmunge-dev libjson-c-dev liblua5.1-0-dev libyaml-dev libdbus-1-dev
             libhttp-parser-dev libjwt-dev libreadline-dev liblz4-dev zlib1g-dev pkg-config
             debian-archive-keyring python3)
-missing=()
-for p in "${BUILD_DEPS[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-    log "installing build dependencies: ${missing[*]}"
-    apt-get update -q >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null
-fi
+"$REPO/scripts/apt-install.sh" slurm-build "${BUILD_DEPS[@]}"
 
 WORK=$(mktemp -d /var/tmp/slurm-build.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
