@@ -250,7 +250,15 @@ write_plugstack() {
     chmod 644 "$f"
 }
 
-pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null && ! ps -o stat= -p "$(cat "$1")" | grep -q Z; }
+# A pid file of this state dir names a live daemon of it: every daemon is started with a path
+# under $STATE/ on its command line.  A pid file left from an earlier boot of this machine (CI
+# runs on a copy of it, with no processes) may name an unrelated process now.
+pid_alive() {
+    local pid
+    [ -f "$1" ] && pid=$(cat "$1") && [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null &&
+        ! ps -o stat= -p "$pid" | grep -q Z &&
+        tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$STATE/"
+}
 
 start_daemons() {
     install -d -o munge -g munge -m 755 /run/munge
@@ -426,7 +434,7 @@ down() {
         for d in $(seq 1 "$NODES"); do pidfiles+=("slurmd-n$d" "munge-n$d/munged"); done
     fi
     for d in "${pidfiles[@]}"; do
-        if [ -f "$STATE/$d.pid" ]; then kill "$(cat "$STATE/$d.pid")" 2>/dev/null || true; fi
+        if pid_alive "$STATE/$d.pid"; then kill "$(cat "$STATE/$d.pid")" 2>/dev/null || true; fi
     done
     # gone before returning, so that an "up" right after starts them again
     local _ alive

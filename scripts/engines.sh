@@ -119,8 +119,10 @@ podman_up() {
 }
 
 down() {
-    if [ -f "$DOCKER/docker.pid" ]; then
-        local pid; pid=$(cat "$DOCKER/docker.pid")
+    local pid
+    pid=$(cat "$DOCKER/docker.pid" 2>/dev/null || true)
+    # only our dockerd: a pid file left from an earlier boot may name another process now
+    if [ -n "$pid" ] && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$DOCKER/"; then
         kill "$pid" 2>/dev/null || true
         for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     fi
