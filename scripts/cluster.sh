@@ -222,6 +222,18 @@ CONF
         mkdir -p "$PREFIX/etc"
         local f
         for f in slurm.conf oci.conf cgroup.conf; do ln -sfn "$STATE/$f" "$PREFIX/etc/$f"; done
+    elif [ -z "$PREFIX" ] && [ "$NODES" = 1 ] && [ -x /usr/bin/scrun ]; then
+        # the same for a packaged release with Slurm's own scrun (23.02 and later): its
+        # srun runs with the job's environment, without SLURM_CONF, and reads /etc/slurm.
+        # Only where the machine has no slurm.conf of its own there (or one of ours).
+        local f t
+        mkdir -p /etc/slurm
+        for f in slurm.conf oci.conf cgroup.conf; do
+            t=$(readlink "/etc/slurm/$f" || true)
+            if [ ! -e "/etc/slurm/$f" ] && [ ! -L "/etc/slurm/$f" ] || [ "${t#"$STATE_BASE"}" != "$t" ]; then
+                ln -sfn "$STATE/$f" "/etc/slurm/$f"
+            fi
+        done
     fi
     # the active block of oci.conf.example is the cluster's oci.conf
     grep -v '^[[:space:]]*#' "$REPO/oci.conf.example" | grep -v '^[[:space:]]*$' > "$STATE/oci.conf"

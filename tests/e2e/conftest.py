@@ -123,6 +123,9 @@ class User:
     def env(self, **extra: str) -> dict[str, str]:
         env = slurm_env(HOME=self.home, USER=self.name, LOGNAME=self.name)
         env["PATH"] = f"{VENV}/bin:{env['PATH']}"
+        # podman 5 (Debian 13) warns on every command where the machine runs cgroups v1,
+        # as this one does: not scrun-py's output, and tests read the engines' stderr
+        env["PODMAN_IGNORE_CGROUPSV1_WARNING"] = "1"
         if self.uid != 0:
             env["XDG_RUNTIME_DIR"] = f"/run/user/{self.uid}"
         env.update(extra)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -18,9 +19,19 @@ pytestmark = pytest.mark.e2e
 SYSLOG = Path("/var/log/syslog")
 
 
+def _syslog_listening() -> bool:
+    """Something reads /dev/log (pgrep would also see an rsyslogd of another root directory)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        try:
+            sock.connect("/dev/log")
+        except OSError:
+            return False
+    return True
+
+
 @pytest.fixture(scope="module")
 def rsyslogd() -> Path:
-    if subprocess.run(["pgrep", "-x", "rsyslogd"], capture_output=True).returncode != 0:
+    if not _syslog_listening():
         if subprocess.run(["which", "rsyslogd"], capture_output=True).returncode != 0:
             subprocess.run(["apt-get", "install", "-y", "-q", "rsyslog"], check=True,
                            capture_output=True, env={**os.environ,

@@ -129,6 +129,9 @@ def _ctld(action: str) -> None:
     pid_file = STATE / "ctld" / "slurmctld.pid"
     if action == "stop":
         pid = int(pid_file.read_text())
+        # the cluster's own slurmctld only, never a process that reuses a stale pid
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            assert f"{STATE}/".encode() in fh.read(), f"pid {pid} is not this cluster's slurmctld"
         os.kill(pid, signal.SIGTERM)
         for _ in range(200):
             try:

@@ -851,13 +851,15 @@ class TestBadInput:
             for verb in (["state"], ["start"], ["kill"], ["kill", "--all"], ["delete"],
                          ["delete", "--force"]):
                 res = side.call(*verb, cid)
-                obs[" ".join(verb)] = (res.returncode, normalize(res.stdout, cid=cid),
-                                       normalize(res.stderr, cid=cid))
+                # an empty object is "{}" from Debian 13's packaged 24.11 and "{\n  }" from
+                # the same release built on Debian 12: the two builds format JSON differently
+                out = re.sub(r"\{\s+\}", "{}", normalize(res.stdout, cid=cid))
+                obs[" ".join(verb)] = (res.returncode, out, normalize(res.stderr, cid=cid))
             obs["left"] = side.traces(cid)
             return obs
         gone = (1, "", "scrun-py: container does not exist\n")
         stopped = ('{\n  "ociVersion": "1.0.0",\n  "id": "CID",\n  "status": "stopped",\n'
-                   '  "pid": 0,\n  "bundle": null,\n  "annotations": {\n  }\n}\n')
+                   '  "pid": 0,\n  "bundle": null,\n  "annotations": {}\n}\n')
         compare(results, "bad input: unknown id", user_env, vconf, observe,
                 {"state": gone, "start": gone, "kill": gone, "kill --all": gone,
                  "delete": gone, "delete --force": (0, "", ""), "left": []},
