@@ -114,6 +114,15 @@ podman_up() {
         chown -R "$TEST_USER:" "$home"
     fi
     install -d -o "$TEST_USER" -g "$TEST_USER" -m 700 "/run/user/$uid"
+    # vfs storage: a rootless overlay (podman 5's default, Debian 13) is mounted in podman's
+    # own mount namespace, where crun on a node cannot see it (docs/podman.md)
+    if [ "$(user_run podman info --format '{{.Store.GraphDriverName}}' 2>/dev/null)" != vfs ]; then
+        log "rootless podman of $TEST_USER: vfs storage"
+        install -d -o "$TEST_USER" -g "$TEST_USER" "$home/.config" "$home/.config/containers"
+        printf '[storage]\ndriver = "vfs"\n' > "$home/.config/containers/storage.conf"
+        chown "$TEST_USER:" "$home/.config/containers/storage.conf"
+        user_run podman system reset -f >/dev/null 2>&1 || true
+    fi
     user_run podman image exists "localhost/$IMAGE" ||
         user_run podman import -q "$ENG/busybox.tar" "localhost/$IMAGE" >/dev/null
 }

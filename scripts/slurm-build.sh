@@ -24,7 +24,11 @@ read -r _ SRCPKG SRCVER SUITE <<<"$LINE"
 PREFIX=$PREFIX_ROOT/$REL
 UPSTREAM=${SRCVER%%-*}
 
-if [ -x "$PREFIX/sbin/slurmctld" ] && [ -x "$PREFIX/bin/scrun" ] && [ -f "$PREFIX/.complete" ]; then
+# .complete holds the source version it was built from; scrun is part of a build from
+# 23.02 on (22.05 has none, and looking for it rebuilt 22.05 at every cluster start)
+has_scrun() { [ "$(printf '%s\n' "$UPSTREAM" 23.02 | sort -V | head -1)" = 23.02 ]; }
+if [ -x "$PREFIX/sbin/slurmctld" ] && [ "$(cat "$PREFIX/.complete" 2>/dev/null)" = "$SRCVER" ] &&
+   { ! has_scrun || [ -x "$PREFIX/bin/scrun" ]; }; then
     log "Slurm $REL already built in $PREFIX"
     exit 0
 fi

@@ -123,9 +123,6 @@ class User:
     def env(self, **extra: str) -> dict[str, str]:
         env = slurm_env(HOME=self.home, USER=self.name, LOGNAME=self.name)
         env["PATH"] = f"{VENV}/bin:{env['PATH']}"
-        # podman 5 (Debian 13) warns on every command where the machine runs cgroups v1,
-        # as this one does: not scrun-py's output, and tests read the engines' stderr
-        env["PODMAN_IGNORE_CGROUPSV1_WARNING"] = "1"
         if self.uid != 0:
             env["XDG_RUNTIME_DIR"] = f"/run/user/{self.uid}"
         env.update(extra)
@@ -311,6 +308,12 @@ def leftovers(env: Env, cid: str, job_ids: list[int] | None = None) -> list[str]
     found += _orphan_processes(env, cid)
     for job in job_ids or []:
         state = squeue("-j", str(job), "-o", "%T").strip()
+        # COMPLETING: the job was ended and Slurm is still cleaning up the node (seconds
+        # on a loaded machine); anything else that lasts is a job left running
+        deadline = time.monotonic() + 60
+        while state == "COMPLETING" and time.monotonic() < deadline:
+            time.sleep(0.5)
+            state = squeue("-j", str(job), "-o", "%T").strip()
         if state and state not in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
             found.append(f"job {job} {state}")
     return found

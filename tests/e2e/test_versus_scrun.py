@@ -326,6 +326,9 @@ def _reap_orphans() -> None:
 
 def normalize(text: str, *, cid: str = "", job: int = 0) -> str:
     text = re.sub(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", "TIME", text.replace(NODE, "NODE"))
+    # slurmstepd names its node in its messages' prefix in some builds of a release
+    # (Debian 13's 24.11 package) and not in others (24.11 built on Debian 12)
+    text = text.replace("slurmstepd-NODE: ", "slurmstepd: ")
     if cid:
         text = text.replace(cid, "CID")
     if job:
