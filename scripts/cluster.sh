@@ -16,9 +16,10 @@
 # --nodes N (N > 1) makes a separate N-node cluster of release R, beside the one-node one:
 # nodes n1..nN on this machine, each slurmd in its own UTS namespace (its hostname is the
 # node name) listening on its own port of 127.0.0.1, with its own spool dir, pid file and
-# log (%n).  From 24.11 on each node also gets its own munged (same key), bind-mounted on
-# /run/munge in the slurmd's private mount namespace: with one munged shared by every node,
-# task launch fails on all nodes but one ("failed decode" of the credential).  The
+# log (%n).  Each node also gets its own munged (same key), bind-mounted on /run/munge in
+# the slurmd's private mount namespace: with one munged shared by every node, the nodes'
+# decodes of one job credential are replays to munge, and task launch fails on all nodes
+# but one (24.11: "failed decode"; 22.05 built on Debian 13: "Credential replayed").  The
 # multi-node cluster has its own state dir ($STATE-Nn), ports (1300 above the one-node
 # cluster's slurmctld port, then one per node), ClusterName and job id range, and
 # SlurmdTimeout=10, so a crashed node ends its jobs within a minute.  The nodes share this
@@ -310,18 +311,12 @@ start_daemons() {
     log "node did not become idle (state: $st)"; return 1
 }
 
-own_munge() {  # does each node of a multi-node cluster need its own munged?
-    # 22.05 runs with the machine's one munged; 24.11's task launch fails on every node
-    # but one that way
-    [ "$(slurm_minor)" != 22.05 ]
-}
-
 start_nodes() {  # the slurmd (and munged) of each node of a multi-node cluster
     local i node mdir
     for i in $(seq 1 "$NODES"); do
         node=n$i
         mdir=$STATE/munge-$node
-        if own_munge && ! pid_alive "$mdir/munged.pid"; then
+        if ! pid_alive "$mdir/munged.pid"; then
             # same key as the machine's munged; its dir belongs to munge and sits under
             # no world-writable dir, or munged refuses its socket and log
             log "starting munged of $node"
@@ -333,14 +328,9 @@ start_nodes() {  # the slurmd (and munged) of each node of a multi-node cluster
         fi
         pid_alive "$STATE/slurmd-$node.pid" && continue
         log "starting slurmd of $node"
-        if own_munge; then
-            unshare --uts --mount --propagation private -- /bin/sh -c \
-                'hostname "$1" && mount --bind "$2" /run/munge && exec slurmd -f "$3"' \
-                sh "$node" "$mdir" "$STATE/slurm.conf"
-        else
-            unshare --uts -- /bin/sh -c 'hostname "$1" && exec slurmd -f "$2"' \
-                sh "$node" "$STATE/slurm.conf"
-        fi
+        unshare --uts --mount --propagation private -- /bin/sh -c \
+            'hostname "$1" && mount --bind "$2" /run/munge && exec slurmd -f "$3"' \
+            sh "$node" "$mdir" "$STATE/slurm.conf"
     done
 }
 
@@ -388,7 +378,7 @@ crash() {  # NODE
     [ "$NODES" -gt 1 ] || { echo "cluster.sh: crash needs --nodes N (N > 1)" >&2; exit 2; }
     pids=$(node_pids "$node")
     [ -n "$pids" ] || { echo "cluster.sh: node $node is not running" >&2; exit 1; }
-    own_munge && pid_alive "$STATE/munge-$node/munged.pid" && pids="$pids $(cat "$STATE/munge-$node/munged.pid")"
+    pid_alive "$STATE/munge-$node/munged.pid" && pids="$pids $(cat "$STATE/munge-$node/munged.pid")"
     log "crashing $node: SIGKILL to$(printf ' %s' $pids)"
     # shellcheck disable=SC2086
     kill -KILL $pids 2>/dev/null || true
