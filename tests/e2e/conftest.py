@@ -98,14 +98,20 @@ def squeue(*args: str) -> str:
 
 
 def scontrol_job(job_id: int) -> dict[str, str]:
-    out = subprocess.run(["scontrol", "show", "job", "-o", str(job_id)], env=slurm_env(),
-                         capture_output=True, text=True, timeout=30).stdout
-    fields: dict[str, str] = {}
-    for word in out.split():
-        key, sep, value = word.partition("=")
-        if sep:
-            fields[key] = value
-    return fields
+    """The job's fields; a job still COMPLETING (ended, Slurm cleaning up the node: seconds
+    on a loaded machine) is asked again for up to 60 s, until its final state shows."""
+    deadline = time.monotonic() + 60
+    while True:
+        out = subprocess.run(["scontrol", "show", "job", "-o", str(job_id)], env=slurm_env(),
+                             capture_output=True, text=True, timeout=30).stdout
+        fields: dict[str, str] = {}
+        for word in out.split():
+            key, sep, value = word.partition("=")
+            if sep:
+                fields[key] = value
+        if fields.get("JobState") != "COMPLETING" or time.monotonic() > deadline:
+            return fields
+        time.sleep(0.5)
 
 
 @dataclass

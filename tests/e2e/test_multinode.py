@@ -108,16 +108,6 @@ def _wait(pred: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.2)
 
 
-def final_job(job: int, timeout: float = 30) -> dict[str, str]:
-    """The job's record once it has left COMPLETING (each node's step has ended)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        fields = scontrol_job(job)
-        if fields.get("JobState") != "COMPLETING" or time.monotonic() > deadline:
-            return fields
-        time.sleep(0.5)
-
-
 def _run_started(env: Env, cid: str, bundle: Bundle, **scrun: str) -> tuple[Created, int]:
     created = env.create(cid, bundle, env=env.user.env(SCRUN_LABELIO="1", **scrun))
     assert 0 == created.rc, created.stderr()
@@ -224,7 +214,7 @@ class TestRanks:
                     "stepnodes": "n[1-3]", "steptasks": "3", "step": "0"} == seen[rank]
         assert {0: ["stderr of 0"], 1: ["stderr of 1"], 2: ["stderr of 2"]} == labelled(
             created.stderr())
-        assert "COMPLETED" == final_job(job)["JobState"]
+        assert "COMPLETED" == scontrol_job(job)["JobState"]
         assert 0 == env.run("delete", "ranks").returncode
         assert [] == nothing_left(env, "ranks", job)
 
@@ -319,7 +309,7 @@ class TestExitStatus:
         created, job = _run_started(env, "five", bundle, SCRUN_JOB_NUM_NODES="3")
         assert 5 == created.wait_exit()
         assert "" == created.stderr()
-        record = final_job(job)
+        record = scontrol_job(job)
         assert ("FAILED", "5:0") == (record["JobState"], record["ExitCode"])
         assert 0 == env.run("delete", "five").returncode
         assert [] == nothing_left(env, "five", job)
@@ -424,7 +414,7 @@ class TestFaults:
             _wait(lambda: _node_state("n2") in ("idle", "mixed", "allocated"), 120, "n2 back")
         assert 0 != rc
         assert elapsed < 150
-        state = final_job(job)["JobState"]
+        state = scontrol_job(job)["JobState"]
         assert state in ENDED, state
         assert 0 == env.run("delete", "crash").returncode
         stale = [f"{n}.{env.user.name}.{job}.0.0"
