@@ -118,10 +118,14 @@ podman_up() {
     # own mount namespace, where crun on a node cannot see it (docs/podman.md)
     if [ "$(user_run podman info --format '{{.Store.GraphDriverName}}' 2>/dev/null)" != vfs ]; then
         log "rootless podman of $TEST_USER: vfs storage"
+        # the store of the other driver goes first (podman refuses a driver its database
+        # was not made with), with that driver still configured
+        user_run podman system reset -f >/dev/null 2>&1 || true
         install -d -o "$TEST_USER" -g "$TEST_USER" "$home/.config" "$home/.config/containers"
         printf '[storage]\ndriver = "vfs"\n' > "$home/.config/containers/storage.conf"
         chown "$TEST_USER:" "$home/.config/containers/storage.conf"
-        user_run podman system reset -f >/dev/null 2>&1 || true
+        [ "$(user_run podman info --format '{{.Store.GraphDriverName}}' 2>/dev/null)" = vfs ] ||
+            { log "rootless podman of $TEST_USER still not on vfs storage"; exit 1; }
     fi
     user_run podman image exists "localhost/$IMAGE" ||
         user_run podman import -q "$ENG/busybox.tar" "localhost/$IMAGE" >/dev/null
