@@ -131,6 +131,35 @@ podman_up() {
         user_run podman import -q "$ENG/busybox.tar" "localhost/$IMAGE" >/dev/null
 }
 
+sweep() {
+    # containers (and their spool dirs) that an earlier, interrupted run left behind: CI
+    # runs on a copy of this machine, and the engine tests count leftovers.  Our dockerd
+    # holds only test containers; podman's stores are the machine's, so only containers
+    # of the runtime "slurm" go there.
+    local ids id uid
+    ids=$(docker ps -aq 2>/dev/null || true)
+    # shellcheck disable=SC2086
+    [ -z "$ids" ] || { log "removing containers of an earlier run from dockerd"; docker rm -f $ids >/dev/null 2>&1 || true; }
+    for id in $(CONTAINERS_CONF=$PODMAN_CONF podman ps -aq 2>/dev/null); do
+        [ "$(CONTAINERS_CONF=$PODMAN_CONF podman inspect -f '{{.OCIRuntime}}' "$id" 2>/dev/null)" = slurm ] || continue
+        log "removing podman container $id of an earlier run"
+        CONTAINERS_CONF=$PODMAN_CONF podman rm -f "$id" >/dev/null 2>&1 || true
+    done
+    for id in $(user_run podman ps -aq 2>/dev/null); do
+        [ "$(user_run podman inspect -f '{{.OCIRuntime}}' "$id" 2>/dev/null)" = slurm ] || continue
+        log "removing rootless podman container $id of an earlier run"
+        user_run podman rm -f "$id" >/dev/null 2>&1 || true
+    done
+    # spool dirs no container owns any more: scrun-py ends whatever is left of them
+    uid=$(id -u "$TEST_USER")
+    for id in /run/scrun/*/; do
+        [ -d "$id" ] && "$VENV/bin/scrun-py" --root /run/scrun delete --force "$(basename "$id")" >/dev/null 2>&1 || true
+    done
+    for id in /run/user/"$uid"/scrun/*/; do
+        [ -d "$id" ] && user_run "$VENV/bin/scrun-py" --root "/run/user/$uid/scrun" delete --force "$(basename "$id")" >/dev/null 2>&1 || true
+    done
+}
+
 down() {
     local pid
     pid=$(cat "$DOCKER/docker.pid" 2>/dev/null || true)
@@ -149,6 +178,7 @@ case "${1:-up}" in
         rootfs_tar
         docker_up
         podman_up
+        sweep
         log "engines up: DOCKER_HOST=unix://$DOCKER_SOCK CONTAINERS_CONF=$PODMAN_CONF image $IMAGE"
         ;;
     down) down ;;
