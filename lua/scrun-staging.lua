@@ -261,12 +261,13 @@ local CACHE_FUNCTIONS = table.concat({
   'register() { mkdir -p -- "$1/users" && printf "%s\\n" "$JOB" > "$1/users/$ID" '
     .. '&& touch -- "$1/used" && echo $(( $(cat -- "$1/uses" 2>/dev/null || echo 0) + 1 )) '
     .. '> "$1/uses"; }',
-  -- evict MAX_KB: least recently used entries no live container uses go to the trash
-  -- until the entries fit (with the lock held)
+  -- evict MAX_KB: least recently used entries no live container uses (nor $KEEP, the
+  -- entry of a stage_in) go to the trash until the entries fit (with the lock held)
   'evict() { _t=0; for _s in "$C"/entries/*/size; do [ -f "$_s" ] && _t=$((_t + $(cat -- "$_s"))); '
     .. 'done; [ "$_t" -gt "$1" ] || return 0; '
     .. [[for _e in $(find "$C/entries" -mindepth 2 -maxdepth 2 -name used -printf '%T@ %h\n' ]]
-    .. '| sort -n | cut -d" " -f2-); do [ "$_t" -gt "$1" ] || break; in_use "$_e" && continue; '
+    .. '| sort -n | cut -d" " -f2-); do [ "$_t" -gt "$1" ] || break; '
+    .. '[ "$_e" != "${KEEP:-}" ] || continue; in_use "$_e" && continue; '
     .. '_t=$((_t - $(cat -- "$_e/size" 2>/dev/null || echo 0))); '
     .. 'mv -- "$_e" "$C/trash/${_e##*/}.$ID.$$" && echo "evicted ${_e##*/}"; done; }',
   'empty_trash() { for _e in "$C"/trash/*."$ID".$$; do [ -e "$_e" ] && remove_dir "$_e"; done; '
@@ -349,11 +350,17 @@ local function overlay_mounts(entry, staging, dirs, readonly)
   return mounts
 end
 
+-- The overlays mounted again at stage_in and stage_out (read-write: a read-only rootfs
+-- is the container's view only).
 local function overlays_script(mounts, staged_root)
   local lines = { "set -e" }
   for _, mount in ipairs(mounts) do
+    local options = {}
+    for _, option in ipairs(mount.options) do
+      if option ~= "ro" then table.insert(options, option) end
+    end
     table.insert(lines, format("mount -t overlay overlay -o %s %s",
-                               q(table.concat(mount.options, ",")),
+                               q(table.concat(options, ",")),
                                q(staged_root .. mount.destination)))
   end
   return table.concat(lines, "\n") .. "\n"
@@ -428,7 +435,7 @@ local function stage_in_cached(id, text, source_root, job_id, user_id, group_id,
     '  if [ -d "$E/rootfs" ]; then echo lost; else mv -- "$T" "$E" || exit 1; echo miss; fi',
     '  register "$E" || exit 1',
     'fi',
-    "evict " .. max_kb(),
+    "KEEP=$E; evict " .. max_kb(),
     'exec 9>&-',
     '[ ! -e "$T" ] || remove_dir "$T"',
     'empty_trash',
