@@ -441,16 +441,17 @@ local function stage_in_cached(id, text, source_root, job_id, user_id, group_id,
     'empty_trash',
     -- the skeleton: the top-level directories are mount points of overlays, the rest
     -- (symlinks such as lib -> usr/lib, files) is copied
-    'for _f in "$E/rootfs"/* "$E/rootfs"/.[!.]* "$E/rootfs"/..?*; do',
+    -- (the upper directories get the owner, mode and mtime of the image's: one tar for all)
+    'cd -- "$E/rootfs" || exit 1',
+    'set --',
+    'for _f in * .[!.]* ..?*; do',
     '  [ -e "$_f" ] || [ -L "$_f" ] || continue',
-    '  _n=${_f##*/}',
-    '  if [ -d "$_f" ] && [ ! -L "$_f" ]; then',
-    '    mkdir -- "$S/rootfs/$_n" "$S/upper/$_n" "$S/work/$_n" && ref "$_f" "$S/upper/$_n" '
-      .. '|| exit 1',
-    '    printf "dir=%s\\n" "$_n"',
-    '  else ' .. CP .. ' -- "$_f" "$S/rootfs/$_n" || exit 1; fi',
+    '  if [ -d "$_f" ] && [ ! -L "$_f" ]; then set -- "$@" "$_f"; printf "dir=%s\\n" "$_f"',
+    '  else ' .. CP .. ' -- "$_f" "$S/rootfs/" || exit 1; fi',
     'done',
-    'ref "$E/rootfs" "$S/rootfs" || exit 1',
+    '[ $# = 0 ] || { (cd -- "$S/rootfs" && mkdir -- "$@") && (cd -- "$S/work" && mkdir -- "$@") '
+      .. '&& tar --no-recursion -cf - -- "$@" | (cd -- "$S/upper" && tar -xpf -); } || exit 1',
+    'cd / && ref "$E/rootfs" "$S/rootfs" || exit 1',
     'snap > "$S/snapshot" || exit 1',
   }, "\n")
   local status, output = slurm.allocator_command(script)
