@@ -148,7 +148,8 @@ class TestCache:
         try:
             assert 0 == res.returncode, res.stderr
             engines._wait_for(lambda: "up" in engine.logs(name), what="the container")
-            [staging] = list(engine.staging.iterdir())
+            cid = engine("inspect", "-f", "{{.Id}}", name).stdout.strip()
+            staging = engine.staging / cid
             config = json.loads((staging / "config.json").read_text())
             overlays = [m for m in config["mounts"] if m["type"] == "overlay"]
             skeleton = staging / "rootfs"
