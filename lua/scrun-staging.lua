@@ -250,10 +250,12 @@ local CACHE_FUNCTIONS = table.concat({
   -- a private mount namespace (and, not as root, a user namespace) for overlay mounts
   'in_ns() { if [ "$(id -u)" = 0 ]; then unshare -m -- "$@"; else unshare -Urm -- "$@"; fi; }',
   -- what the container may change: the uppers and the skeleton (the work dirs are overlayfs')
-  [[snap() { find "$S/upper" "$S/rootfs" -printf '%p\t%y\t%m\t%U\t%G\t%s\t%T@\t%l\n' | sha256sum; }]],
+  [[snap() { find "$S/upper" "$S/rootfs" -printf '%p\t%y\t%m\t%U\t%G\t%s\t%T@\t%l\n' ]]
+    .. "| sha256sum; }",
   -- a job squeue no longer knows, or knows as ended, cannot be using an entry
   'job_live() { _o=$(squeue -h -j "$1" -o %T 2>&1) && case "$_o" in '
-    .. '""|BOOT_FAIL|CANCELLED|COMPLETED|DEADLINE|FAILED|NODE_FAIL|OUT_OF_MEMORY|PREEMPTED|TIMEOUT) '
+    .. '""|BOOT_FAIL|CANCELLED|COMPLETED|DEADLINE|FAILED|NODE_FAIL|OUT_OF_MEMORY|PREEMPTED|'
+    .. 'TIMEOUT) '
     .. 'return 1;; esac; case "$_o" in *"Invalid job id"*) return 1;; esac; return 0; }',
   'in_use() { for _u in "$1"/users/*; do [ -f "$_u" ] || continue; '
     .. 'if job_live "$(cat -- "$_u")"; then return 0; fi; rm -f -- "$_u"; done; return 1; }',
@@ -415,7 +417,8 @@ local function stage_in_cached(id, text, source_root, job_id, user_id, group_id,
     "SRC=" .. q(source_root),
     "set -e", owned_dir(base), owned_dir(cache),
     'remove_dir "$S"',
-    'mkdir -p -- "$S/rootfs" "$S/upper" "$S/work" "$S/probe/l" "$S/probe/u" "$S/probe/w" "$S/probe/m"',
+    'mkdir -p -- "$S/rootfs" "$S/upper" "$S/work" "$S/probe/l" "$S/probe/u" "$S/probe/w" '
+      .. '"$S/probe/m"',
     "set +e",
     -- can this user mount an overlay with its upper here?
     'in_ns mount -t overlay overlay -o "userxattr,lowerdir=$S/probe/l,upperdir=$S/probe/u,'
@@ -426,11 +429,19 @@ local function stage_in_cached(id, text, source_root, job_id, user_id, group_id,
     'E=$C/entries/$key; T=$C/tmp/$key.$ID',
     'mkdir -p -- "$C/entries" "$C/tmp" "$C/trash" || exit 1',
     'exec 9>>"$C/lock"; flock 9 || exit 1',
+    -- an entry with fewer files than it was made with lost some (an age-based /tmp
+    -- cleaner): made again, unless a container still uses it
+    'if [ -d "$E/rootfs" ] && [ "$(find "$E/rootfs" | wc -l)" != '
+      .. '"$(cat -- "$E/count" 2>/dev/null)" ]; then',
+    '  ! in_use "$E" || exit 6',
+    '  mv -- "$E" "$C/trash/$key.$ID.$$" || exit 1; echo "evicted $key (incomplete)"',
+    'fi',
     'if [ -d "$E/rootfs" ]; then register "$E" || exit 1; echo hit; else',
     '  flock -u 9',
     '  remove_dir "$T"; mkdir -p -- "$T/rootfs" "$T/users" || exit 1',
     '  copy_dir "$SRC" "$T/rootfs" || { remove_dir "$T"; exit 5; }',
-    '  du -sk -- "$T/rootfs" | cut -f1 > "$T/size" && touch -- "$T/used" || exit 1',
+    '  du -sk -- "$T/rootfs" | cut -f1 > "$T/size" && find "$T/rootfs" | wc -l > "$T/count" '
+      .. '&& touch -- "$T/used" || exit 1',
     '  flock 9 || exit 1',
     '  if [ -d "$E/rootfs" ]; then echo lost; else mv -- "$T" "$E" || exit 1; echo miss; fi',
     '  register "$E" || exit 1',
@@ -471,7 +482,8 @@ local function stage_in_cached(id, text, source_root, job_id, user_id, group_id,
   end
   local reasons = { [3] = "overlayfs cannot be mounted here",
                     [4] = "the rootfs cannot be read for its key",
-                    [5] = "the copy into the cache failed" }
+                    [5] = "the copy into the cache failed",
+                    [6] = "its cache entry lost files and a container still uses it" }
   if status ~= 0 then
     return give_up(format("%s (status %s: %s)", reasons[status] or "the cache failed",
                           tostring(status), (output:gsub("%s+$", ""):gsub("\n", "; "))))
@@ -481,6 +493,9 @@ local function stage_in_cached(id, text, source_root, job_id, user_id, group_id,
     if not overlay_safe(dir) then return give_up("a top-level directory named " .. dir) end
     table.insert(dirs, dir)
   end
+  for line in output:gmatch("evicted (%x+)") do
+    slurm.log_info("scrun-staging: evicted cache entry %s", line)
+  end
   local state = output:match("\n(%a+)\n") or "?"
   if state == "hit" then
     slurm.log_info("scrun-staging: %s: the rootfs of %s is cached as %s: no copy", id,
@@ -488,9 +503,6 @@ local function stage_in_cached(id, text, source_root, job_id, user_id, group_id,
   else
     slurm.log_info("scrun-staging: %s: copied %s to the cache as %s (%s)", id, source_root,
                    entry, state)
-  end
-  for line in output:gmatch("evicted (%x+)") do
-    slurm.log_info("scrun-staging: evicted cache entry %s", line)
   end
 
   local readonly = config.root and config.root.readonly == true

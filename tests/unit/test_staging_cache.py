@@ -407,6 +407,34 @@ class TestCache:
         assert 0 == stage.stage_out(b)[0]
         assert [] == stage.entries()  # over the bound of 0 and unused
 
+    def test_entry_that_lost_files_is_made_again(self, stage: Stage) -> None:
+        """An entry with fewer files than it was made with (an age-based /tmp cleaner):
+        made again when no container uses it; while one does, the next is copied."""
+        a, _ = stage.stage_in("a")
+        [entry] = stage.entries()
+        (entry / "rootfs" / "etc" / "motd").unlink()
+        b, log = stage.stage_in("b", stage.copy_image("image-b"))
+        assert (
+            ["b: its cache entry lost files and a container still uses it (status 6: "
+             f"key={entry.name}): copying the rootfs"],
+            "hi\n", [entry],
+        ) == (
+            [m for m in log if "lost files" in m],
+            (Path(b.root_path) / "etc" / "motd").read_text(), stage.entries(),
+        )
+        for ctx in (a, b):
+            assert 0 == stage.stage_out(ctx)[0]
+        c, log = stage.stage_in("c", stage.copy_image("image-c"))
+        assert (
+            [f"evicted cache entry {entry.name}",
+             f"c: copied {stage.tmp / 'image-c'} to the cache as {entry} (miss)"],
+            "hi\n", "1",
+        ) == (
+            [m for m in log if "evicted" in m or "(miss)" in m],
+            (entry / "rootfs" / "etc" / "motd").read_text(), (entry / "uses").read_text().strip(),
+        )
+        assert 0 == stage.stage_out(c)[0]
+
     def test_overlay_unusable_falls_back_to_the_copy(self, stage: Stage) -> None:
         """Where the overlay cannot be mounted (here: no unshare), one log line and the
         copy of today."""
