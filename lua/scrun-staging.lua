@@ -428,11 +428,13 @@ local function stage_in_cached(id, text, source_root, job_id, user_id, group_id,
     'echo "key=$key"',
     'E=$C/entries/$key; T=$C/tmp/$key.$ID',
     'mkdir -p -- "$C/entries" "$C/tmp" "$C/trash" || exit 1',
-    'exec 9>>"$C/lock"; flock 9 || exit 1',
     -- an entry with fewer files than it was made with lost some (an age-based /tmp
-    -- cleaner): made again, unless a container still uses it
-    'if [ -d "$E/rootfs" ] && [ "$(find "$E/rootfs" | wc -l)" != '
-      .. '"$(cat -- "$E/count" 2>/dev/null)" ]; then',
+    -- cleaner): made again, unless a container still uses it (checked again under the lock)
+    'lost() { [ -d "$E/rootfs" ] && [ "$(find "$E/rootfs" | wc -l)" != '
+      .. '"$(cat -- "$E/count" 2>/dev/null)" ]; }',
+    'lost && _lost=1',
+    'exec 9>>"$C/lock"; flock 9 || exit 1',
+    'if [ -n "${_lost:-}" ] && lost; then',
     '  ! in_use "$E" || exit 6',
     '  mv -- "$E" "$C/trash/$key.$ID.$$" || exit 1; echo "evicted $key (incomplete)"',
     'fi',
