@@ -272,7 +272,9 @@ local CACHE_FUNCTIONS = table.concat({
     .. '[ "$_e" != "${KEEP:-}" ] || continue; in_use "$_e" && continue; '
     .. '_t=$((_t - $(cat -- "$_e/size" 2>/dev/null || echo 0))); '
     .. 'mv -- "$_e" "$C/trash/${_e##*/}.$ID.$$" && echo "evicted ${_e##*/}"; done; }',
-  'empty_trash() { for _e in "$C"/trash/*."$ID".$$; do [ -e "$_e" ] && remove_dir "$_e"; done; '
+  -- empty_trash: what this shell put there, and what crashed stage_ins left (a day old)
+  'empty_trash() { for _e in "$C"/trash/*."$ID".$$ $(find "$C/trash" "$C/tmp" -mindepth 1 '
+    .. '-maxdepth 1 -mmin +1440 2>/dev/null); do [ -e "$_e" ] && remove_dir "$_e"; done; '
     .. 'return 0; }',
   -- ref FROM TO: TO gets FROM's owner (as root), mode and mtime
   'ref() { { [ "$(id -u)" != 0 ] || chown --reference="$1" -- "$2"; } '

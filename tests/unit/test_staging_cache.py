@@ -435,6 +435,19 @@ class TestCache:
         )
         assert 0 == stage.stage_out(c)[0]
 
+    def test_leftovers_of_crashed_stage_ins_are_removed(self, stage: Stage) -> None:
+        """A copy in tmp/ or an entry in trash/ a day old (a stage_in that died) goes at
+        the next stage_out; younger ones (a stage_in at work) stay."""
+        ctx, _ = stage.stage_in("a")
+        old = [stage.cache / "tmp" / "k.dead", stage.cache / "trash" / "k.dead.1"]
+        young = stage.cache / "tmp" / "k.busy"
+        for path in [*old, young]:
+            (path / "rootfs").mkdir(parents=True)
+        for path in old:
+            os.utime(path, (0, 0))
+        assert 0 == stage.stage_out(ctx)[0]
+        assert ([False, False], True) == ([p.exists() for p in old], young.exists())
+
     def test_overlay_unusable_falls_back_to_the_copy(self, stage: Stage) -> None:
         """Where the overlay cannot be mounted (here: no unshare), one log line and the
         copy of today."""
