@@ -504,6 +504,9 @@ local function stage_in_cached(id, text, source_root, job_id, user_id, group_id,
   if state == "hit" then
     slurm.log_info("scrun-staging: %s: the rootfs of %s is cached as %s: no copy", id,
                    source_root, entry)
+  elseif state == "lost" then
+    slurm.log_info("scrun-staging: %s: copied %s for the cache, but another container made "
+                   .. "%s first: the copy is discarded", id, source_root, entry)
   else
     slurm.log_info("scrun-staging: %s: copied %s to the cache as %s (%s)", id, source_root,
                    entry, state)
