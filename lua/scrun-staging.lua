@@ -265,8 +265,8 @@ local CACHE_FUNCTIONS = table.concat({
     .. '> "$1/uses"; }',
   -- evict MAX_KB: least recently used entries no live container uses (nor $KEEP, the
   -- entry of a stage_in) go to the trash until the entries fit (with the lock held)
-  'evict() { _t=0; for _s in "$C"/entries/*/size; do [ -f "$_s" ] && _t=$((_t + $(cat -- "$_s"))); '
-    .. 'done; [ "$_t" -gt "$1" ] || return 0; '
+  'evict() { _t=$(cat -- "$C"/entries/*/size 2>/dev/null | { _t=0; while read -r _n; do '
+    .. '_t=$((_t + _n)); done; echo "$_t"; }); [ "$_t" -gt "$1" ] || return 0; '
     .. [[for _e in $(find "$C/entries" -mindepth 2 -maxdepth 2 -name used -printf '%T@ %h\n' ]]
     .. '| sort -n | cut -d" " -f2-); do [ "$_t" -gt "$1" ] || break; '
     .. '[ "$_e" != "${KEEP:-}" ] || continue; in_use "$_e" && continue; '
