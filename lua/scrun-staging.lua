@@ -6,8 +6,13 @@ stage_in copies the rootfs to STAGING_BASE/<container id>/rootfs, writes a confi
 next to it that rootless crun can run as the job user, and points scrun-py at the copy.
 stage_out copies the changed rootfs back and removes the copy.
 
+With CACHE (one-task jobs), the rootfs is copied once per content into CACHE_BASE and
+each container gets overlay mounts of that copy with uppers of its own instead of a
+copy (docs/staging.md).
+
 Install it as scrun.lua next to slurm.conf (or point SCRUN_PY_LUA at it).  Needs rsync,
-cp, realpath, chmod, id (coreutils), find (findutils) and a POSIX shell.  See docs/hooks.md.
+cp, realpath, chmod, id, du, sha256sum, sort (coreutils), find (findutils), flock and
+unshare (util-linux) and a POSIX shell.  See docs/hooks.md.
 ]]
 
 ---------------------------------------------------------------------------- settings
@@ -30,6 +35,21 @@ local RSYNC_OK = { [0] = true, [24] = true }
 -- twentieth for a single file.  Used only where RSYNC's --delete would have nothing to
 -- delete; if it fails, RSYNC does the copy and its status counts.
 local CP = "cp -a --no-preserve=links,xattr,context"
+-- Keep one copy per rootfs content in CACHE_BASE ("%u" as above) and give each container
+-- overlay mounts of it (lower: the cached copy, upper: STAGING_BASE/<id>/upper) instead
+-- of a copy of its own.  Only for jobs of one task (several tasks would share the
+-- uppers); elsewhere, or where overlayfs cannot be mounted, the rootfs is copied.
+-- STAGING_BASE must then be on a filesystem overlayfs accepts as upper (not NFS), seen by
+-- the node at the same path; CACHE_BASE may be on a shared filesystem (docs/staging.md).
+local CACHE = true
+local CACHE_BASE = "/tmp/scrun-cache-%u"
+-- Size bound of the user's cache; the least recently used entries no container uses
+-- are removed beyond it.
+local CACHE_MAX_MB = 4096
+-- "metadata": the key covers every entry's path, type, mode, owner, size, mtime and link
+-- target (rsync's quick check); "content": also the bytes of every regular file
+-- (sha256, read on every stage_in).
+local CACHE_KEY = "metadata"
 ------------------------------------------------------------------------------------
 
 local format = string.format
@@ -197,7 +217,7 @@ end
 
 -- Copy bind-mount sources to their destinations inside the staged rootfs, in one shell,
 -- refusing destinations that symlinks in the image would lead out of the rootfs.
-local function copy_into_rootfs(copies, staged_root)
+local function copy_script(copies, staged_root)
   -- The copy keeps the image's modes, and the job user is not root: a read-only directory
   -- on the way (podman 5 makes the rootfs itself 0555) is lent u+w for the copy only.
   local script = { COPY_FUNCTIONS, "set -e", LEND_FUNCTIONS }
@@ -212,7 +232,370 @@ local function copy_into_rootfs(copies, staged_root)
                                 .. 'else mkdir -p -- "$p"; lend_w "$p"; copy_file %s "$d"; fi; '
                                 .. 'give_back_w', source, source, source))
   end
-  return sh(table.concat(script, "\n"), nil, "copying bind-mount sources into the rootfs")
+  return table.concat(script, "\n")
+end
+
+local function copy_into_rootfs(copies, staged_root)
+  return sh(copy_script(copies, staged_root), nil, "copying bind-mount sources into the rootfs")
+end
+
+---------------------------------------------------------------------------- the cache
+-- Files the engines make in every container's rootfs: not part of the key.
+local ENGINE_FILES = { "/.dockerenv", "/run/.containerenv" }
+
+-- Shell functions of the cached stage-in; they use S (the staging dir), C (the cache
+-- base), ID (the container id) and JOB (its job id).
+local CACHE_FUNCTIONS = table.concat({
+  'remove_dir() { chmod -R u+rwX -- "$1" 2>/dev/null || true; rm -rf -- "$1"; }',
+  -- a private mount namespace (and, not as root, a user namespace) for overlay mounts
+  'in_ns() { if [ "$(id -u)" = 0 ]; then unshare -m -- "$@"; else unshare -Urm -- "$@"; fi; }',
+  -- what the container may change: the uppers and the skeleton (the work dirs are overlayfs')
+  [[snap() { find "$S/upper" "$S/rootfs" -printf '%p\t%y\t%m\t%U\t%G\t%s\t%T@\t%l\n' ]]
+    .. "| sha256sum; }",
+  -- a job squeue no longer knows, or knows as ended, cannot be using an entry
+  'job_live() { _o=$(squeue -h -j "$1" -o %T 2>&1) && case "$_o" in '
+    .. '""|BOOT_FAIL|CANCELLED|COMPLETED|DEADLINE|FAILED|NODE_FAIL|OUT_OF_MEMORY|PREEMPTED|'
+    .. 'TIMEOUT) '
+    .. 'return 1;; esac; case "$_o" in *"Invalid job id"*) return 1;; esac; return 0; }',
+  'in_use() { for _u in "$1"/users/*; do [ -f "$_u" ] || continue; '
+    .. 'if job_live "$(cat -- "$_u")"; then return 0; fi; rm -f -- "$_u"; done; return 1; }',
+  -- register ENTRY: this container uses it (with the lock held)
+  'register() { mkdir -p -- "$1/users" && printf "%s\\n" "$JOB" > "$1/users/$ID" '
+    .. '&& touch -- "$1/used" && echo $(( $(cat -- "$1/uses" 2>/dev/null || echo 0) + 1 )) '
+    .. '> "$1/uses"; }',
+  -- evict MAX_KB: least recently used entries no live container uses (nor $KEEP, the
+  -- entry of a stage_in) go to the trash until the entries fit (with the lock held)
+  'evict() { _t=$(cat -- "$C"/entries/*/size 2>/dev/null | { _t=0; while read -r _n; do '
+    .. '_t=$((_t + _n)); done; echo "$_t"; }); [ "$_t" -gt "$1" ] || return 0; '
+    .. [[for _e in $(find "$C/entries" -mindepth 2 -maxdepth 2 -name used -printf '%T@ %h\n' ]]
+    .. '| sort -n | cut -d" " -f2-); do [ "$_t" -gt "$1" ] || break; '
+    .. '[ "$_e" != "${KEEP:-}" ] || continue; in_use "$_e" && continue; '
+    .. '_t=$((_t - $(cat -- "$_e/size" 2>/dev/null || echo 0))); '
+    .. 'mv -- "$_e" "$C/trash/${_e##*/}.$ID.$$" && echo "evicted ${_e##*/}"; done; }',
+  -- empty_trash: what this shell put there, and what crashed stage_ins left (a day old)
+  'empty_trash() { for _e in "$C"/trash/*."$ID".$$ $(find "$C/trash" "$C/tmp" -mindepth 1 '
+    .. '-maxdepth 1 -mmin +1440 2>/dev/null); do [ -e "$_e" ] && remove_dir "$_e"; done; '
+    .. 'return 0; }',
+  -- ref FROM TO: TO gets FROM's owner (as root), mode and mtime
+  'ref() { { [ "$(id -u)" != 0 ] || chown --reference="$1" -- "$2"; } '
+    .. '&& chmod --reference="$1" -- "$2" && touch -r "$1" -- "$2"; }',
+}, "\n")
+
+local function owned_dir(dir)
+  return table.concat({
+    "mkdir -p -- " .. q(dir),
+    format('if [ -L %s ] || [ ! -O %s ]; then echo "%s is not a directory owned by '
+           .. 'uid $(id -u)" >&2; exit 1; fi', q(dir), q(dir), dir),
+  }, "\n")
+end
+
+-- "/a//b/" -> "/a/b"; nil for "/" and relative paths
+local function clean_destination(path)
+  if type(path) ~= "string" or path:sub(1, 1) ~= "/" then return nil end
+  path = path:gsub("/+", "/"):gsub("/$", "")
+  if path == "" then return nil end
+  return path
+end
+
+-- The find(1) expression that leaves out PATHS (absolute, in the rootfs) and what is
+-- under them.
+local function prune_args(paths_in_rootfs)
+  local args = {}
+  for _, path in ipairs(paths_in_rootfs) do
+    table.insert(args, (#args == 0 and "" or "-o ") .. "-path "
+                 .. q("." .. path:gsub("[%*%?%[%]\\]", "\\%0")))
+  end
+  if #args == 0 then return "" end
+  return "\\( " .. table.concat(args, " ") .. " \\) -prune -o "
+end
+
+-- The shell commands that print the key of the rootfs in $SRC (the engine's, not
+-- counting PATHS): a digest of every entry's path, type, mode, owner, size, mtime and
+-- link target; directories without size and mtime, symlinks without mode and mtime
+-- ("content": and every regular file's sha256).
+local function key_commands(paths_in_rootfs)
+  local prune = prune_args(paths_in_rootfs)
+  local lines = {
+    'cd -- "$SRC"',
+    "find . " .. prune .. [[\( -type d -printf '%p\td\t%m\t%U\t%G\0' \) ]]
+      .. [[-o \( -type l -printf '%p\tl\t%U\t%G\t%l\0' \) ]]
+      .. [[-o -printf '%p\t%y\t%m\t%U\t%G\t%s\t%T@\0' > "$S/key-list"]],
+    'LC_ALL=C sort -z -o "$S/key-list" "$S/key-list"',
+  }
+  if CACHE_KEY == "content" then
+    table.insert(lines, "find . " .. prune .. '-type f -print0 | LC_ALL=C sort -z '
+                 .. '| xargs -0 -r sha256sum -- >> "$S/key-list"')
+  end
+  table.insert(lines, format([[key=$({ printf 'scrun-staging 1 %%s\0' %s; cat -- "$S/key-list"; } ]]
+                             .. "| sha256sum | cut -c1-64)", q(CACHE_KEY)))
+  table.insert(lines, 'rm -f -- "$S/key-list"; cd /')
+  return table.concat(lines, " &&\n")
+end
+
+-- SLURM_TASKS_PER_NODE of the job ("1": one task on one node)
+local function tasks_per_node(job_env)
+  for _, entry in ipairs(job_env or {}) do
+    local value = type(entry) == "string" and entry:match("^SLURM_TASKS_PER_NODE=(.*)$")
+    if value then return value end
+  end
+  return "unknown"
+end
+
+local function overlay_mounts(entry, staging, dirs, readonly)
+  local mounts = slurm.json_array()
+  for _, dir in ipairs(dirs) do
+    local options = slurm.json_array({ "userxattr",
+      "lowerdir=" .. entry .. "/rootfs/" .. dir, "upperdir=" .. staging .. "/upper/" .. dir,
+      "workdir=" .. staging .. "/work/" .. dir })
+    if readonly then table.insert(options, "ro") end
+    table.insert(mounts, slurm.json_object({ destination = "/" .. dir, type = "overlay",
+                                             source = "overlay", options = options }))
+  end
+  return mounts
+end
+
+-- The overlays mounted again at stage_in and stage_out (read-write: a read-only rootfs
+-- is the container's view only).
+local function overlays_script(mounts, staged_root)
+  local lines = { "set -e" }
+  for _, mount in ipairs(mounts) do
+    local options = {}
+    for _, option in ipairs(mount.options) do
+      if option ~= "ro" then table.insert(options, option) end
+    end
+    table.insert(lines, format("mount -t overlay overlay -o %s %s",
+                               q(table.concat(options, ",")),
+                               q(staged_root .. mount.destination)))
+  end
+  return table.concat(lines, "\n") .. "\n"
+end
+
+-- Overlay options are comma-separated and lowerdir colon-separated.
+local function overlay_safe(path)
+  return not path:find("[^%w/%._%-+@]")
+end
+
+local function cache_vars(staging, cache, id, job_id)
+  return format("S=%s\nC=%s\nID=%s\nJOB=%s\n", q(staging), q(cache), q(id),
+                q(math.floor(job_id)))
+end
+
+local function max_kb()
+  return math.floor(CACHE_MAX_MB * 1024)
+end
+
+-- stage_in from the cache; nil (after one log line and cleaning up) where the rootfs
+-- has to be copied instead.
+local function stage_in_cached(id, text, source_root, job_id, user_id, group_id, job_env)
+  local base, staging, staged_root = paths(id, user_id)
+  local cache = (CACHE_BASE:gsub("%%u", tostring(math.floor(user_id))))
+  local tasks = tasks_per_node(job_env)
+  if tasks ~= "1" then
+    -- the tasks of a job share one config.json: they would share the uppers
+    slurm.log_info("scrun-staging: %s: not one task (SLURM_TASKS_PER_NODE=%s): copying the "
+                   .. "rootfs", id, tasks)
+    return nil
+  end
+  if not (overlay_safe(staging) and overlay_safe(cache)) then
+    slurm.log_info("scrun-staging: %s: %s or %s cannot be named in overlay options: copying "
+                   .. "the rootfs", id, staging, cache)
+    return nil
+  end
+  local config = slurm.from_json(text)
+  local copies = rewrite_config(config, staged_root, user_id, group_id, job_env)
+  -- mount destinations: the engine makes them per container, and the container sees
+  -- its mounts there, not the rootfs
+  local excluded = {}
+  local function exclude(path)
+    path = clean_destination(path)
+    if path then table.insert(excluded, path) end
+  end
+  for _, path in ipairs(ENGINE_FILES) do exclude(path) end
+  for _, mount in ipairs(config.mounts or {}) do exclude(mount.destination) end
+  for _, copy in ipairs(copies) do exclude(copy.destination) end
+
+  local script = table.concat({
+    "umask 077", COPY_FUNCTIONS, CACHE_FUNCTIONS, cache_vars(staging, cache, id, job_id),
+    "SRC=" .. q(source_root),
+    "set -e", owned_dir(base), owned_dir(cache),
+    'remove_dir "$S"',
+    'mkdir -p -- "$S/rootfs" "$S/upper" "$S/work" "$S/probe/l" "$S/probe/u" "$S/probe/w" '
+      .. '"$S/probe/m"',
+    "set +e",
+    -- can this user mount an overlay with its upper here?
+    'in_ns mount -t overlay overlay -o "userxattr,lowerdir=$S/probe/l,upperdir=$S/probe/u,'
+      .. 'workdir=$S/probe/w" "$S/probe/m" || exit 3',
+    'remove_dir "$S/probe"',
+    "{ " .. key_commands(excluded) .. "; } || exit 4",
+    'echo "key=$key"',
+    'E=$C/entries/$key; T=$C/tmp/$key.$ID',
+    'mkdir -p -- "$C/entries" "$C/tmp" "$C/trash" || exit 1',
+    -- an entry with fewer files than it was made with lost some (an age-based /tmp
+    -- cleaner): made again, unless a container still uses it (checked again under the lock)
+    'lost() { [ -d "$E/rootfs" ] && [ "$(find "$E/rootfs" | wc -l)" != '
+      .. '"$(cat -- "$E/count" 2>/dev/null)" ]; }',
+    'lost && _lost=1',
+    'exec 9>>"$C/lock"; flock 9 || exit 1',
+    'if [ -n "${_lost:-}" ] && lost; then',
+    '  ! in_use "$E" || exit 6',
+    '  mv -- "$E" "$C/trash/$key.$ID.$$" || exit 1; echo "evicted $key (incomplete)"',
+    'fi',
+    'if [ -d "$E/rootfs" ]; then register "$E" || exit 1; echo hit; else',
+    '  flock -u 9',
+    '  remove_dir "$T"; mkdir -p -- "$T/rootfs" "$T/users" || exit 1',
+    '  copy_dir "$SRC" "$T/rootfs" || { remove_dir "$T"; exit 5; }',
+    '  du -sk -- "$T/rootfs" | cut -f1 > "$T/size" && find "$T/rootfs" | wc -l > "$T/count" '
+      .. '&& touch -- "$T/used" || exit 1',
+    '  flock 9 || exit 1',
+    '  if [ -d "$E/rootfs" ]; then echo lost; else mv -- "$T" "$E" || exit 1; echo miss; fi',
+    '  register "$E" || exit 1',
+    'fi',
+    "KEEP=$E; evict " .. max_kb(),
+    'exec 9>&-',
+    '[ ! -e "$T" ] || remove_dir "$T"',
+    'empty_trash',
+    -- the skeleton: the top-level directories are mount points of overlays, the rest
+    -- (symlinks such as lib -> usr/lib, files) is copied
+    -- (the upper directories get the owner, mode and mtime of the image's: one tar for all)
+    'cd -- "$E/rootfs" || exit 1',
+    'set --',
+    'for _f in * .[!.]* ..?*; do',
+    '  [ -e "$_f" ] || [ -L "$_f" ] || continue',
+    '  if [ -d "$_f" ] && [ ! -L "$_f" ]; then set -- "$@" "$_f"; printf "dir=%s\\n" "$_f"',
+    '  else ' .. CP .. ' -- "$_f" "$S/rootfs/" || exit 1; fi',
+    'done',
+    '[ $# = 0 ] || { (cd -- "$S/rootfs" && mkdir -- "$@") && (cd -- "$S/work" && mkdir -- "$@") '
+      .. '&& tar --no-recursion -cf - -- "$@" | (cd -- "$S/upper" && tar -xpf -); } || exit 1',
+    'cd / && ref "$E/rootfs" "$S/rootfs" || exit 1',
+    'snap > "$S/snapshot" || exit 1',
+  }, "\n")
+  local status, output = slurm.allocator_command(script)
+  output = output or ""
+  local key = output:match("key=(%x+)")
+  local entry = key and (cache .. "/entries/" .. key)
+  local function clean_up()
+    local undo = { CACHE_FUNCTIONS, cache_vars(staging, cache, id, job_id) }
+    if entry then table.insert(undo, "rm -f -- " .. q(entry .. "/users/" .. id)) end
+    table.insert(undo, 'remove_dir "$S"')
+    sh(table.concat(undo, "\n"), nil, "cleaning up " .. staging)
+  end
+  local function give_up(why)
+    slurm.log_info("scrun-staging: %s: %s: copying the rootfs", id, why)
+    clean_up()
+    return nil
+  end
+  local reasons = { [3] = "overlayfs cannot be mounted here",
+                    [4] = "the rootfs cannot be read for its key",
+                    [5] = "the copy into the cache failed",
+                    [6] = "its cache entry lost files and a container still uses it" }
+  if status ~= 0 then
+    return give_up(format("%s (status %s: %s)", reasons[status] or "the cache failed",
+                          tostring(status), (output:gsub("%s+$", ""):gsub("\n", "; "))))
+  end
+  local dirs = {}
+  for dir in output:gmatch("dir=([^\n]*)") do
+    if not overlay_safe(dir) then return give_up("a top-level directory named " .. dir) end
+    table.insert(dirs, dir)
+  end
+  for line in output:gmatch("evicted (%x+)") do
+    slurm.log_info("scrun-staging: evicted cache entry %s", line)
+  end
+  local state = output:match("\n(%a+)\n") or "?"
+  if state == "hit" then
+    slurm.log_info("scrun-staging: %s: the rootfs of %s is cached as %s: no copy", id,
+                   source_root, entry)
+  elseif state == "lost" then
+    slurm.log_info("scrun-staging: %s: copied %s for the cache, but another container made "
+                   .. "%s first: the copy is discarded", id, source_root, entry)
+  else
+    slurm.log_info("scrun-staging: %s: copied %s to the cache as %s (%s)", id, source_root,
+                   entry, state)
+  end
+
+  local readonly = config.root and config.root.readonly == true
+  local mounts = overlay_mounts(entry, staging, dirs, readonly)
+  local all = slurm.json_array()
+  for _, mount in ipairs(mounts) do table.insert(all, mount) end
+  for _, mount in ipairs(config.mounts or {}) do table.insert(all, mount) end
+  config.mounts = all
+
+  local ok = write_file(staging .. "/overlays.sh", overlays_script(mounts, staged_root))
+  if ok and #copies > 0 then
+    -- the copies go into the uppers: through the overlays, in a mount namespace of their own
+    ok = write_file(staging .. "/stage-in.sh", ". " .. q(staging .. "/overlays.sh") .. "\n"
+                    .. copy_script(copies, staged_root) .. "\n")
+      and sh(table.concat({ CACHE_FUNCTIONS, cache_vars(staging, cache, id, job_id),
+                            'in_ns /bin/sh "$S/stage-in.sh" && snap > "$S/snapshot"' }, "\n"),
+             nil, "copying bind-mount sources into the rootfs")
+  end
+  if ok then
+    table.insert(excluded, "")
+    ok = write_file(staging .. "/rootfs-excludes", table.concat(excluded, "\n"))
+      and write_file(staging .. "/cache-entry", entry .. "\n")
+      and write_file(staging .. "/config.json", slurm.to_json(config, true) .. "\n")
+  end
+  if not ok then
+    -- the bind-mount copies failed (their error is logged): the copy would fail as well
+    slurm.log_error("scrun-staging: staging %s failed", id)
+    clean_up()
+    return slurm.FAILURE
+  end
+  slurm.set_bundle_path(staging)
+  slurm.set_root_path(staged_root)
+  return slurm.SUCCESS
+end
+
+local function stage_out_cached(id, entry, staging, staged_root, orig_root_path, job_id,
+                                user_id)
+  local cache = (CACHE_BASE:gsub("%%u", tostring(math.floor(user_id))))
+  local ok = true
+  if SYNC_BACK then
+    ok = write_file(staging .. "/sync-back.sh", table.concat({
+      ". " .. q(staging .. "/overlays.sh"), COPY_FUNCTIONS,
+      format("rsync_copy $RSYNC_NOOWN --exclude-from=%s %s %s",
+             q(staging .. "/rootfs-excludes"), q(staged_root .. "/"), q(orig_root_path .. "/")),
+    }, "\n") .. "\n")
+    local status, output = slurm.allocator_command(table.concat({
+      CACHE_FUNCTIONS, cache_vars(staging, cache, id, job_id),
+      'if [ "$(snap)" = "$(cat -- "$S/snapshot" 2>/dev/null)" ]; then echo unchanged; exit 0; fi',
+      'echo changed',
+      '[ "$(id -u)" = 0 ] || export RSYNC_NOOWN="--no-owner --no-group"',
+      'in_ns /bin/sh "$S/sync-back.sh"',
+    }, "\n"))
+    output = output or ""
+    if status ~= 0 or not ok then
+      slurm.log_error("scrun-staging: copying %s back to %s failed with status %s: %s",
+                      staged_root, orig_root_path, tostring(status), (output:gsub("%s+$", "")))
+      ok = false
+    elseif output:find("unchanged") then
+      slurm.log_info("scrun-staging: %s: the container changed nothing in its rootfs: no copy "
+                     .. "back", id)
+    else
+      slurm.log_info("scrun-staging: %s: copied the container's changes back to %s", id,
+                     orig_root_path)
+    end
+  end
+  local status, output = slurm.allocator_command(table.concat({
+    CACHE_FUNCTIONS, cache_vars(staging, cache, id, job_id), "E=" .. q(entry),
+    'exec 9>>"$C/lock"; flock 9 || exit 1',
+    'rm -f -- "$E/users/$ID"',
+    "evict " .. max_kb(),
+    'exec 9>&-',
+    'empty_trash',
+  }, "\n"))
+  for line in (output or ""):gmatch("evicted (%x+)") do
+    slurm.log_info("scrun-staging: evicted cache entry %s", line)
+  end
+  if status ~= 0 then
+    slurm.log_error("scrun-staging: releasing cache entry %s failed with status %s: %s", entry,
+                    tostring(status), ((output or ""):gsub("%s+$", "")))
+  end
+  if not ok then
+    slurm.log_error("scrun-staging: keeping %s because the copy back failed", staging)
+    return slurm.FAILURE
+  end
+  if not remove(staging) then return slurm.FAILURE end
+  return slurm.SUCCESS
 end
 
 function slurm_scrun_stage_in(id, bundle, spool_dir, config_file, job_id, user_id,
@@ -226,6 +609,10 @@ function slurm_scrun_stage_in(id, bundle, spool_dir, config_file, job_id, user_i
   local config = slurm.from_json(text)
   local source_root = (config.root and config.root.path) or "rootfs"
   if source_root:sub(1, 1) ~= "/" then source_root = bundle .. "/" .. source_root end
+  if CACHE then
+    local result = stage_in_cached(id, text, source_root, job_id, user_id, group_id, job_env)
+    if result ~= nil then return result end
+  end
 
   slurm.log_info("scrun-staging: copying %s to %s", source_root, staged_root)
   local prepare = table.concat({
@@ -269,6 +656,11 @@ function slurm_scrun_stage_out(id, bundle, orig_bundle, root_path, orig_root_pat
   if root_path ~= staged_root then
     slurm.log_debug("scrun-staging: %s was not staged", id)
     return slurm.SUCCESS
+  end
+  local entry = read_file(staging .. "/cache-entry")
+  if entry then
+    return stage_out_cached(id, (entry:gsub("%s+$", "")), staging, staged_root, orig_root_path,
+                            job_id, user_id)
   end
   if SYNC_BACK then
     slurm.log_info("scrun-staging: copying %s back to %s", staged_root, orig_root_path)
