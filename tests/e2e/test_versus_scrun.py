@@ -759,11 +759,12 @@ def hooks(side: Side, cid: str) -> dict[str, object]:
         obs[name] = [norm(line) for line in lines] if args.exists() else None
     env_file = out / "stage_in.env"
     if env_file.exists():
-        entries = [norm(e) for e in env_file.read_text().splitlines()]
+        # the anchor's pid before the job id: a pid can hold the job id's digits
+        entries = [norm(re.sub(r"^SCRUN_PID=\d+$", "SCRUN_PID=ANCHOR", e))
+                   for e in env_file.read_text().splitlines()]
         obs["job_env names"] = sorted({e.partition("=")[0] for e in entries})
         obs["job_env SCRUN_*"] = sorted(
-            re.sub(r"^SCRUN_SOCKET=ROOT/[0-9a-f]{18}$", "SCRUN_SOCKET=ROOT/K12-HASH",
-                   re.sub(r"^SCRUN_PID=\d+$", "SCRUN_PID=ANCHOR", e))
+            re.sub(r"^SCRUN_SOCKET=ROOT/[0-9a-f]{18}$", "SCRUN_SOCKET=ROOT/K12-HASH", e)
             for e in entries if e.startswith("SCRUN_"))
     return obs
 
@@ -1023,9 +1024,7 @@ class EngineSide:
                  ) -> subprocess.CompletedProcess[str]:
         """`ENGINE run --rm OPTIONS... IMAGE COMMAND...` (args: OPTIONS, "--", COMMAND);
         the engine's container id is added to the side's ids, for the cleanup."""
-        extra = ({"DOCKER_HOST": self.engines.docker_host} if self.engine == "docker"
-                 else {"CONTAINERS_CONF": str(self.engines.podman_conf)})
-        environ = self.env.user.env(**extra)
+        environ = self.env.user.env(**self.engine_env())
         environ.pop("SLURM_CONF", None)  # the runtimes find the cluster from -f
         runtime = "slurm-scrun" if side.kind == "slurm" else "slurm"
         cidfile = self.env.work / f"{uuid.uuid4().hex[:8]}.cid"
@@ -1047,13 +1046,19 @@ class EngineSide:
                 side.ids.append(cidfile.read_text().strip())
                 self.ids.append(side.ids[-1])
 
+    def engine_env(self) -> dict[str, str]:
+        """What the engine's client needs; podman 5 (Debian 13) warns about cgroups v1
+        into the output the tests read unless told not to."""
+        if self.engine == "docker":
+            return {"DOCKER_HOST": self.engines.docker_host}
+        return {"CONTAINERS_CONF": str(self.engines.podman_conf),
+                "PODMAN_IGNORE_CGROUPSV1_WARNING": "1"}
+
     def remove_all(self) -> None:
         """`rm -f` every container this test ran (a hung run leaves its container)."""
-        extra = ({"DOCKER_HOST": self.engines.docker_host} if self.engine == "docker"
-                 else {"CONTAINERS_CONF": str(self.engines.podman_conf)})
         for cid in self.ids:
             subprocess.run(self.env.user.argv([self.engine, "rm", "-f", cid]),
-                           env=self.env.user.env(**extra), capture_output=True,
+                           env=self.env.user.env(**self.engine_env()), capture_output=True,
                            timeout=CALL_TIMEOUT_S, cwd="/", check=False)
 
 
