@@ -1,7 +1,7 @@
 """Console-script entry: answers the hottest commands without importing click.
 
-Engines call `--version` (podman info) and `start`/`delete` once per container, and
-tools poll `state` often; click costs more than the work itself.  Only exact, simple
+Engines call `--version` (podman info) and `create`/`start`/`delete` once per
+container, and tools poll `state` often; click costs more than the work itself.  Only exact, simple
 argv shapes take the fast path (the shapes docker and podman send); everything else
 goes to the click CLI, which stays the single source of truth.
 
@@ -26,26 +26,27 @@ _VALUE_GLOBALS = {name: f.names[0] for f in flags.verb_flags("")
 _FLAG_GLOBALS = tuple(n for f in flags.verb_flags("") if f.dest == "systemd_cgroup"
                       for n in f.names)
 _FORCE = next(f.names for f in flags.verb_flags("delete") if f.dest == "force")
-_VERBS = ("state", "start", "delete")
+# create's options with a value (every spelling → the dest) and the ignored booleans
+# engines send (podman: --no-pivot, --no-new-keyring)
+_CREATE_VALUES = {name: f.dest for f in flags.verb_flags("create")
+                  if f.dest in ("bundle", "pid_file", "console_socket") for name in f.names}
+_CREATE_IGNORED = {name: f.names[-1] for f in flags.verb_flags("create")
+                   if f.dest in ("no_pivot", "no_new_keyring") for name in f.names}
+_VERBS = ("state", "start", "delete", "create")
 
 
-def _fast_call(argv: list[str]) -> dict[str, str] | None:
-    """Parse `[globals] state|start ID` and `[globals] delete [--force|-f] ID`.
-
-    Globals: --root, --log, --log-format, -f/--slurm-conf (each at most once, with a
-    value) and the ignored flag --systemd-cgroup.  Returns {'verb', 'id', 'force',
-    '--root', ..., 'ignored'}, or None for anything else.
-    """
-    opts: dict[str, str] = {}
-    ignored: list[str] = []
-    i = 0
+def _options(argv: list[str], i: int, values: dict[str, str], flags_: dict[str, str],
+             opts: dict[str, str], ignored: list[str]) -> int | None:
+    """Read `-x V`, `--x V`, `--x=V` (each value option at most once) and the boolean
+    flags in `flags_` from argv[i:] into opts/ignored; the index after them, or None
+    for anything else."""
     while i < len(argv) and argv[i].startswith("-"):
-        if argv[i] in _FLAG_GLOBALS:
-            ignored.append(argv[i])
+        if argv[i] in flags_:
+            ignored.append(flags_[argv[i]])
             i += 1
             continue
         name, eq, value = argv[i].partition("=")
-        key = _VALUE_GLOBALS.get(name)
+        key = values.get(name)
         if key is None or key in opts:
             return None
         if not eq:
@@ -55,6 +56,23 @@ def _fast_call(argv: list[str]) -> dict[str, str] | None:
             i += 1
         opts[key] = value
         i += 1
+    return i
+
+
+def _fast_call(argv: list[str]) -> dict[str, str] | None:
+    """Parse `[globals] state|start ID`, `[globals] delete [--force|-f] ID` and
+    `[globals] create [--bundle|-b B] [--pid-file P] [--console-socket S]
+    [--no-pivot] [--no-new-keyring] ID`.
+
+    Globals: --root, --log, --log-format, -f/--slurm-conf (each at most once, with a
+    value) and the ignored flag --systemd-cgroup.  Returns {'verb', 'id', 'force',
+    '--root', ..., 'bundle', ..., 'ignored', 'ignored_create'}, or None for anything else.
+    """
+    opts: dict[str, str] = {}
+    ignored: list[str] = []
+    i = _options(argv, 0, _VALUE_GLOBALS, {n: n for n in _FLAG_GLOBALS}, opts, ignored)
+    if i is None:
+        return None
     rest = argv[i:]
     if not rest or rest[0] not in _VERBS:
         return None
@@ -62,13 +80,22 @@ def _fast_call(argv: list[str]) -> dict[str, str] | None:
     force = verb == "delete" and bool(args) and args[0] in _FORCE
     if force:
         args = args[1:]
+    create_opts: dict[str, str] = {}
+    create_ignored: list[str] = []
+    if verb == "create":
+        j = _options(args, 0, _CREATE_VALUES, _CREATE_IGNORED, create_opts, create_ignored)
+        if j is None:
+            return None
+        args = args[j:]
     if len(args) != 1 or args[0].startswith("-"):
         return None
     if opts.get("--log-format", "text") not in ("text", "json"):
         return None
-    call = {**opts, "verb": verb, "id": args[0], "force": "1" if force else ""}
+    call = {**opts, **create_opts, "verb": verb, "id": args[0], "force": "1" if force else ""}
     if ignored:
         call["ignored"] = " ".join(ignored)
+    if create_ignored:
+        call["ignored_create"] = " ".join(create_ignored)
     return call
 
 
@@ -113,7 +140,14 @@ def _dispatch(call: dict[str, str]) -> int:
                              slurm_conf=call.get("-f"))
     for flag in call.get("ignored", "").split():
         inv.note("debug", f"{flag} ignored", flag=flag, value=True)
-    if call["verb"] == "state":
+    for flag in call.get("ignored_create", "").split():
+        inv.note("debug", f"create {flag} ignored", flag=flag, value=True)
+    if call["verb"] == "create":
+        from scrun_py.commands import create
+
+        create.run(inv, call["id"], call.get("bundle"), call.get("pid_file"),
+                   call.get("console_socket"))
+    elif call["verb"] == "state":
         from scrun_py.commands import state
 
         state.run(inv, call["id"])

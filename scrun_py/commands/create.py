@@ -9,7 +9,7 @@ import os
 import signal
 import subprocess
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scrun_py import audit, policy, procs, site_conf, spool, store
 from scrun_py.anchor import readiness
@@ -28,8 +28,30 @@ if TYPE_CHECKING:
     from scrun_py.oci.bundle import Bundle
 
 
+class AnchorProcess:
+    """The anchor, a child of this process (forked, or started through `unshare`)."""
+
+    def __init__(self, pid: int, popen: subprocess.Popen[bytes] | None = None) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self._popen = popen
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            if self._popen is not None:
+                self.returncode = self._popen.wait()
+            else:
+                _, status = os.waitpid(self.pid, 0)
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, signum)
+
+
 def run(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | None,
-        console_socket: str | None) -> subprocess.Popen[bytes]:
+        console_socket: str | None) -> AnchorProcess:
     """Create the container; return the anchor process handle (used by `run`)."""
 
     spool.validate_id(container_id)
@@ -58,9 +80,8 @@ def run(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | 
 def _create(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | None,
             console_socket: str | None,
             settings: audit.AuditSettings, site_policy: policy.Policy,
-            applied: list[str]) -> subprocess.Popen[bytes]:
+            applied: list[str]) -> AnchorProcess:
     from scrun_py.oci.bundle import load_bundle
-    from scrun_py.oci_conf import find_oci_conf, load_oci_conf
 
     bundle_path = os.path.abspath(bundle) if bundle else os.getcwd()
     loaded = load_bundle(bundle_path)
@@ -71,19 +92,13 @@ def _create(inv: Invocation, container_id: str, bundle: str | None, pid_file: st
         raise ScrunError(f"pid file directory does not exist: {os.path.dirname(pid_path)}")
     if console_socket and not loaded.config.process.terminal:
         console_socket = None  # runc ignores it when no terminal is requested
-    oci_conf = load_oci_conf(find_oci_conf(inv.slurm_conf_path()))
+    runtime = RuntimeSettings(**_runtime_settings(inv))
     bundle_info = BundleInfo(
         path=loaded.path, rootfs=loaded.rootfs, imported_env=loaded.imported_env(),
         config=ConfigInfo(ociVersion=loaded.config.ociVersion,
                           process=ProcessInfo(args=list(loaded.config.process.args),
                                               terminal=loaded.config.process.terminal),
                           annotations=dict(loaded.config.annotations)))
-    runtime = RuntimeSettings(
-        runtime_kill=oci_conf.runtime_kill,
-        ignore_file_config_json=oci_conf.ignore_file_config_json,
-        srun_path=oci_conf.srun_path, srun_args=list(oci_conf.srun_args),
-        stdio_debug=oci_conf.stdio_debug, file_debug=oci_conf.file_debug,
-        syslog_debug=oci_conf.syslog_debug)
     spool.ensure_root(inv.root)
     cdir = spool.make_container_dir(inv.root, container_id)
     read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
@@ -97,21 +112,8 @@ def _create(inv: Invocation, container_id: str, bundle: str | None, pid_file: st
         ready_fd=write_fd, created=rfc3339_now(), bundle_info=bundle_info.to_dict(),
         runtime=dataclasses.asdict(runtime), audit_file=settings.file,
         audit_syslog=settings.syslog, engine=audit.detect_engine())
-    env = None
-    if inv.slurm_conf is not None:
-        # -f names the cluster for the Slurm commands the anchor runs too: engines
-        # (dockerd's shim, conmon) do not pass SLURM_CONF through to the runtime.
-        env = {**os.environ, "SLURM_CONF": str(inv.slurm_conf)}
-    # with a terminal the container's stdio is the pty: like runc's init, the anchor
-    # must not hold the caller's stdio open (containerd's shim reads create's
-    # stdout/stderr to EOF before it takes the pty master and calls start)
-    stdio = subprocess.DEVNULL if spec.console_socket else None
     try:
-        anchor = subprocess.Popen(
-            [*userns_prefix(), sys.executable, "-P", "-m", "scrun_py.anchor",
-             spec.to_json()],
-            pass_fds=(write_fd,), start_new_session=True, close_fds=True, env=env,
-            stdin=stdio, stdout=stdio, stderr=stdio)
+        anchor = _start_anchor(inv, spec, read_fd)
     except OSError as exc:
         os.close(read_fd)
         os.close(write_fd)
@@ -137,6 +139,77 @@ def _create(inv: Invocation, container_id: str, bundle: str | None, pid_file: st
         raise AnchorStartupFailed(f"container anchor exited during create (status {rc})")
     raise rebuild(str(result.get("kind", "ScrunError")),
                   str(result.get("message", "create failed")))
+
+
+def _runtime_settings(inv: Invocation) -> dict[str, Any]:
+    """The oci.conf settings the anchor uses: read without pydantic when the file is
+    plain (oci_conf_syntax), else through the full model, which words any problem."""
+    from scrun_py.oci_conf_syntax import plain_settings, read_text
+
+    path = inv.slurm_conf_path().parent / "oci.conf"
+    text = read_text(path)
+    plain = plain_settings(text)
+    if plain is not None:
+        return plain
+    from scrun_py.oci_conf import parse_oci_conf
+
+    conf = parse_oci_conf(text, source=str(path))
+    return {"runtime_kill": conf.runtime_kill,
+            "ignore_file_config_json": conf.ignore_file_config_json,
+            "srun_path": conf.srun_path, "srun_args": list(conf.srun_args),
+            "stdio_debug": conf.stdio_debug, "file_debug": conf.file_debug,
+            "syslog_debug": conf.syslog_debug}
+
+
+def _start_anchor(inv: Invocation, spec: AnchorSpec, read_fd: int) -> AnchorProcess:
+    """Start the anchor in a session of its own, holding only the readiness pipe.
+
+    It is forked from this process (no second interpreter: create's imports are
+    already done and the anchor needs few more); only when we are root inside a user
+    namespace it is a new interpreter behind `unshare` (see userns_prefix).
+    """
+    env = None
+    if inv.slurm_conf is not None:
+        # -f names the cluster for the Slurm commands the anchor runs too: engines
+        # (dockerd's shim, conmon) do not pass SLURM_CONF through to the runtime.
+        env = {**os.environ, "SLURM_CONF": str(inv.slurm_conf)}
+    # with a terminal the container's stdio is the pty: like runc's init, the anchor
+    # must not hold the caller's stdio open (containerd's shim reads create's
+    # stdout/stderr to EOF before it takes the pty master and calls start)
+    prefix = userns_prefix()
+    if prefix:
+        stdio = subprocess.DEVNULL if spec.console_socket else None
+        popen = subprocess.Popen(
+            [*prefix, sys.executable, "-P", "-m", "scrun_py.anchor", spec.to_json()],
+            pass_fds=(spec.ready_fd,), start_new_session=True, close_fds=True, env=env,
+            stdin=stdio, stdout=stdio, stderr=stdio)
+        return AnchorProcess(popen.pid, popen)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        return AnchorProcess(pid)
+    rc = 1
+    try:  # the anchor: never returns into create
+        os.close(read_fd)
+        os.setsid()
+        if spec.console_socket:
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            os.close(null)
+        os.closerange(3, spec.ready_fd)
+        os.closerange(spec.ready_fd + 1, 1 << 20)
+        if env is not None:
+            os.environ["SLURM_CONF"] = env["SLURM_CONF"]
+        from scrun_py.anchor.__main__ import run_anchor
+
+        rc = run_anchor(spec)
+    finally:
+        with contextlib.suppress(BaseException):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(rc)
 
 
 def _apply_policy(inv: Invocation, container_id: str, loaded: Bundle,
