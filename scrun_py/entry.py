@@ -13,26 +13,38 @@ delays the engine, which waits for us.
 from __future__ import annotations
 
 import sys
-from typing import NoReturn
 
-from scrun_py import flags
+# `--version` and `state` import nothing more than they need: not even typing
+# (mypy reads this name as typing's)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import NoReturn
 
 _VERSION_ARGV = (["--version"], ["-v"], ["-V"], ["version"])
-# From the flags table: the globals with a value the fast path understands (every
-# spelling → the first one), the ignored boolean globals docker sends, delete's --force.
-_VALUE_GLOBALS = {name: f.names[0] for f in flags.verb_flags("")
-                  if f.dest in ("root", "log_path", "log_format", "slurm_conf")
-                  for name in f.names}
-_FLAG_GLOBALS = tuple(n for f in flags.verb_flags("") if f.dest == "systemd_cgroup"
-                      for n in f.names)
-_FORCE = next(f.names for f in flags.verb_flags("delete") if f.dest == "force")
-# create's options with a value (every spelling → the dest) and the ignored booleans
-# engines send (podman: --no-pivot, --no-new-keyring)
-_CREATE_VALUES = {name: f.dest for f in flags.verb_flags("create")
-                  if f.dest in ("bundle", "pid_file", "console_socket") for name in f.names}
-_CREATE_IGNORED = {name: f.names[-1] for f in flags.verb_flags("create")
-                   if f.dest in ("no_pivot", "no_new_keyring") for name in f.names}
 _VERBS = ("state", "start", "delete", "create")
+
+
+class _Tables:
+    """From the flags table: the globals with a value the fast path understands (every
+    spelling → the first one), the ignored boolean globals docker sends, delete's
+    --force, create's options with a value (every spelling → the dest) and the
+    ignored booleans engines send (podman: --no-pivot, --no-new-keyring)."""
+
+    def __init__(self) -> None:
+        from scrun_py import flags
+
+        self.value_globals = {name: f.names[0] for f in flags.verb_flags("")
+                              if f.dest in ("root", "log_path", "log_format", "slurm_conf")
+                              for name in f.names}
+        self.flag_globals = {n: n for f in flags.verb_flags("")
+                             if f.dest == "systemd_cgroup" for n in f.names}
+        self.force = next(f.names for f in flags.verb_flags("delete") if f.dest == "force")
+        self.create_values = {name: f.dest for f in flags.verb_flags("create")
+                              if f.dest in ("bundle", "pid_file", "console_socket")
+                              for name in f.names}
+        self.create_ignored = {name: f.names[-1] for f in flags.verb_flags("create")
+                               if f.dest in ("no_pivot", "no_new_keyring")
+                               for name in f.names}
 
 
 def _options(argv: list[str], i: int, values: dict[str, str], flags_: dict[str, str],
@@ -68,22 +80,24 @@ def _fast_call(argv: list[str]) -> dict[str, str] | None:
     value) and the ignored flag --systemd-cgroup.  Returns {'verb', 'id', 'force',
     '--root', ..., 'bundle', ..., 'ignored', 'ignored_create'}, or None for anything else.
     """
+    tables = _Tables()
     opts: dict[str, str] = {}
     ignored: list[str] = []
-    i = _options(argv, 0, _VALUE_GLOBALS, {n: n for n in _FLAG_GLOBALS}, opts, ignored)
+    i = _options(argv, 0, tables.value_globals, tables.flag_globals, opts, ignored)
     if i is None:
         return None
     rest = argv[i:]
     if not rest or rest[0] not in _VERBS:
         return None
     verb, args = rest[0], rest[1:]
-    force = verb == "delete" and bool(args) and args[0] in _FORCE
+    force = verb == "delete" and bool(args) and args[0] in tables.force
     if force:
         args = args[1:]
     create_opts: dict[str, str] = {}
     create_ignored: list[str] = []
     if verb == "create":
-        j = _options(args, 0, _CREATE_VALUES, _CREATE_IGNORED, create_opts, create_ignored)
+        j = _options(args, 0, tables.create_values, tables.create_ignored, create_opts,
+                     create_ignored)
         if j is None:
             return None
         args = args[j:]
@@ -169,6 +183,15 @@ def main() -> NoReturn:
 
         sys.stdout.write(version_text() + "\n")
         _exit(0)
+    if len(argv) >= 2 and argv[-2] == "state":
+        import os
+
+        from scrun_py.quick_state import answer
+
+        line = answer(argv, os.environ)
+        if line is not None:
+            sys.stdout.write(line + "\n")
+            _exit(0)
     call = _fast_call(argv)
     if call is not None:
         _exit(_run_fast(call))
