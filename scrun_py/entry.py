@@ -157,10 +157,14 @@ def _dispatch(call: dict[str, str]) -> int:
     for flag in call.get("ignored_create", "").split():
         inv.note("debug", f"create {flag} ignored", flag=flag, value=True)
     if call["verb"] == "create":
+        from scrun_py.anchor.launch import EarlyAnchor
+
+        # the anchor's imports run on the other CPU while create reads the bundle
+        early = EarlyAnchor.fork(inv)
         from scrun_py.commands import create
 
         create.run(inv, call["id"], call.get("bundle"), call.get("pid_file"),
-                   call.get("console_socket"))
+                   call.get("console_socket"), early)
     elif call["verb"] == "state":
         from scrun_py.commands import state
 

@@ -120,14 +120,30 @@ async def _amain(spec: AnchorSpec) -> int:
     return rc
 
 
+def preload() -> None:
+    """Import what the anchor runs on (a forked anchor does this while create still
+    validates).  asyncio imports ssl (and OpenSSL, ~4 MB resident) only to offer TLS,
+    which the anchor never uses: one anchor runs per container, so it stays out."""
+    if "asyncio" not in sys.modules:
+        sys.modules.setdefault("ssl", None)  # type: ignore[arg-type]
+    import asyncio  # noqa: F401
+
+    import structlog  # noqa: F401
+
+    import scrun_py.anchor.container
+    import scrun_py.anchor.lifecycle
+    import scrun_py.anchor.server
+    import scrun_py.anchor.signals
+    import scrun_py.hooks.lua
+    import scrun_py.slurm.cli_backend
+    import scrun_py.slurm.options  # noqa: F401
+
+
 def run_anchor(spec: AnchorSpec) -> int:
     """Run the container's anchor until it has stopped; its exit code."""
     from scrun_py import procs
 
-    # asyncio imports ssl (and OpenSSL, ~4 MB resident) only to offer TLS, which the
-    # anchor never uses: one anchor runs per container, so it stays out
-    if "asyncio" not in sys.modules:
-        sys.modules.setdefault("ssl", None)  # type: ignore[arg-type]
+    preload()
     import asyncio
 
     try:

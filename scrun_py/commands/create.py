@@ -7,12 +7,11 @@ import contextlib
 import dataclasses
 import os
 import signal
-import subprocess
-import sys
 from typing import TYPE_CHECKING, Any
 
 from scrun_py import audit, policy, procs, site_conf, spool, store
-from scrun_py.anchor import readiness
+from scrun_py.anchor import launch, readiness
+from scrun_py.anchor.launch import AnchorProcess, EarlyAnchor
 from scrun_py.anchor.spec import (
     AnchorSpec,
     BundleInfo,
@@ -28,32 +27,23 @@ if TYPE_CHECKING:
     from scrun_py.oci.bundle import Bundle
 
 
-class AnchorProcess:
-    """The anchor, a child of this process (forked, or started through `unshare`)."""
-
-    def __init__(self, pid: int, popen: subprocess.Popen[bytes] | None = None) -> None:
-        self.pid = pid
-        self.returncode: int | None = None
-        self._popen = popen
-
-    def wait(self) -> int:
-        if self.returncode is None:
-            if self._popen is not None:
-                self.returncode = self._popen.wait()
-            else:
-                _, status = os.waitpid(self.pid, 0)
-                self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
-
-    def send_signal(self, signum: int) -> None:
-        if self.returncode is None:
-            os.kill(self.pid, signum)
-
-
 def run(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | None,
-        console_socket: str | None) -> AnchorProcess:
-    """Create the container; return the anchor process handle (used by `run`)."""
+        console_socket: str | None, early: EarlyAnchor | None = None) -> AnchorProcess:
+    """Create the container; return the anchor process handle (used by `run`).
 
+    `early` is an anchor forked before this call (entry.py), waiting for its spec; it
+    is ended if create fails before handing it one.
+    """
+    try:
+        return _run(inv, container_id, bundle, pid_file, console_socket, early)
+    except BaseException:
+        if early is not None and not early.sent:
+            early.abandon()
+        raise
+
+
+def _run(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | None,
+         console_socket: str | None, early: EarlyAnchor | None) -> AnchorProcess:
     spool.validate_id(container_id)
     site = site_conf.load(inv.slurm_conf_path())
     settings = audit.load_settings(inv.slurm_conf_path(), site)
@@ -61,7 +51,7 @@ def run(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | 
     try:
         site_policy = policy.load_policy(site)  # a broken policy is audited as a failure
         anchor = _create(inv, container_id, bundle, pid_file, console_socket, settings,
-                         site_policy, applied)
+                         site_policy, applied, early)
     except ScrunError as exc:
         audit.record(settings, "create-failed", container_id=container_id,
                      engine=audit.detect_engine(), bundle=bundle, error=str(exc))
@@ -80,7 +70,7 @@ def run(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | 
 def _create(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | None,
             console_socket: str | None,
             settings: audit.AuditSettings, site_policy: policy.Policy,
-            applied: list[str]) -> AnchorProcess:
+            applied: list[str], early: EarlyAnchor | None) -> AnchorProcess:
     from scrun_py.oci.bundle import load_bundle
 
     bundle_path = os.path.abspath(bundle) if bundle else os.getcwd()
@@ -101,7 +91,10 @@ def _create(inv: Invocation, container_id: str, bundle: str | None, pid_file: st
                           annotations=dict(loaded.config.annotations)))
     spool.ensure_root(inv.root)
     cdir = spool.make_container_dir(inv.root, container_id)
-    read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+    if early is not None:
+        read_fd, write_fd = -1, early.ready_fd
+    else:
+        read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
     spec = AnchorSpec(
         container_id=container_id, root=str(inv.root),
         orig_bundle=os.path.abspath(bundle) if bundle else "", pid_file=pid_path,
@@ -113,13 +106,21 @@ def _create(inv: Invocation, container_id: str, bundle: str | None, pid_file: st
         runtime=dataclasses.asdict(runtime), audit_file=settings.file,
         audit_syslog=settings.syslog, engine=audit.detect_engine())
     try:
-        anchor = _start_anchor(inv, spec, read_fd)
+        if early is not None:
+            started = early.send(spec)
+            anchor, read_fd = started.process, started.ready_read
+        else:
+            anchor = launch.start_late(inv, spec, read_fd)
     except OSError as exc:
-        os.close(read_fd)
-        os.close(write_fd)
+        if early is None:
+            os.close(read_fd)
+            os.close(write_fd)
+        else:
+            early.abandon()
         spool.remove_tree(cdir)
         raise AnchorStartupFailed(f"cannot start the container anchor: {exc.strerror}") from exc
-    os.close(write_fd)
+    if early is None:
+        os.close(write_fd)
 
     def forward(signum: int, _frame: object) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -161,57 +162,6 @@ def _runtime_settings(inv: Invocation) -> dict[str, Any]:
             "syslog_debug": conf.syslog_debug}
 
 
-def _start_anchor(inv: Invocation, spec: AnchorSpec, read_fd: int) -> AnchorProcess:
-    """Start the anchor in a session of its own, holding only the readiness pipe.
-
-    It is forked from this process (no second interpreter: create's imports are
-    already done and the anchor needs few more); only when we are root inside a user
-    namespace it is a new interpreter behind `unshare` (see userns_prefix).
-    """
-    env = None
-    if inv.slurm_conf is not None:
-        # -f names the cluster for the Slurm commands the anchor runs too: engines
-        # (dockerd's shim, conmon) do not pass SLURM_CONF through to the runtime.
-        env = {**os.environ, "SLURM_CONF": str(inv.slurm_conf)}
-    # with a terminal the container's stdio is the pty: like runc's init, the anchor
-    # must not hold the caller's stdio open (containerd's shim reads create's
-    # stdout/stderr to EOF before it takes the pty master and calls start)
-    prefix = userns_prefix()
-    if prefix:
-        stdio = subprocess.DEVNULL if spec.console_socket else None
-        popen = subprocess.Popen(
-            [*prefix, sys.executable, "-P", "-m", "scrun_py.anchor", spec.to_json()],
-            pass_fds=(spec.ready_fd,), start_new_session=True, close_fds=True, env=env,
-            stdin=stdio, stdout=stdio, stderr=stdio)
-        return AnchorProcess(popen.pid, popen)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid:
-        return AnchorProcess(pid)
-    rc = 1
-    try:  # the anchor: never returns into create
-        os.close(read_fd)
-        os.setsid()
-        if spec.console_socket:
-            null = os.open(os.devnull, os.O_RDWR)
-            for fd in (0, 1, 2):
-                os.dup2(null, fd)
-            os.close(null)
-        os.closerange(3, spec.ready_fd)
-        os.closerange(spec.ready_fd + 1, 1 << 20)
-        if env is not None:
-            os.environ["SLURM_CONF"] = env["SLURM_CONF"]
-        from scrun_py.anchor.__main__ import run_anchor
-
-        rc = run_anchor(spec)
-    finally:
-        with contextlib.suppress(BaseException):
-            sys.stdout.flush()
-            sys.stderr.flush()
-        os._exit(rc)
-
-
 def _apply_policy(inv: Invocation, container_id: str, loaded: Bundle,
                   site_policy: policy.Policy) -> list[str]:
     """Enforce the site policy on config.json; return what was rewritten.
@@ -246,21 +196,3 @@ def policy_subject() -> policy.Subject:
         return policy.Subject(uid=uid, user=pw.pw_name, home=pw.pw_dir)
     except KeyError:
         return policy.Subject(uid=uid, user=str(uid), home="/nonexistent")
-
-
-def userns_prefix() -> list[str]:
-    """Run the anchor as the real user when we are root only inside a user namespace.
-
-    Rootless podman runs the runtime as uid 0 of its user namespace.  munge then
-    vouches for the real uid, but salloc/srun put getuid()/getgid() (0) in their
-    requests and slurmctld rejects them ("Invalid user id").  In a nested user
-    namespace that maps the real uid/gid to namespace 0, the anchor and every Slurm
-    command it runs see the real ids.  The pid stays the same (unshare execs).
-    """
-    if os.getuid() != 0:
-        return []
-    uid = procs.ns_root_host_id("uid")
-    gid = procs.ns_root_host_id("gid")
-    if uid == 0:
-        return []
-    return ["unshare", "--user", f"--map-user={uid}", f"--map-group={gid}", "--"]
