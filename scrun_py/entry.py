@@ -190,11 +190,18 @@ def main() -> NoReturn:
     if len(argv) >= 2 and argv[-2] == "state":
         import os
 
-        from scrun_py.quick_state import answer
+        from scrun_py.quick import answer
 
         line = answer(argv, os.environ)
         if line is not None:
             sys.stdout.write(line + "\n")
+            _exit(0)
+    elif "delete" in argv[-3:-1]:
+        import os
+
+        from scrun_py import quick
+
+        if quick.delete(argv, os.environ):
             _exit(0)
     call = _fast_call(argv)
     if call is not None:

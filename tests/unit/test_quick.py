@@ -1,5 +1,6 @@
-"""`state`'s os+json path prints what the full path prints, and leaves every other case
-(errors included) to it."""
+"""The os+json paths (scrun_py/quick.py): `state` prints what the full path prints,
+`delete` of a stopped container removes what the full path removes, and every other case
+(errors included) is left to the full path untouched."""
 
 # Expected value first, as everywhere in our tests (hence SIM300 is off for tests/).
 
@@ -11,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from scrun_py import procs, spool
-from scrun_py.quick_state import answer
+from scrun_py import procs, quick, spool
+from scrun_py.quick import answer
 from tests.unit.cli_run import run, stored
 
 
@@ -82,3 +83,66 @@ def test_keeps_unknown_record_fields_out(tmp_root: Path) -> None:
     line = answer(["--root", str(tmp_root), "state", "c1"], {})
     assert line is not None
     assert "job_id" not in json.loads(line)
+
+
+def test_file_names_are_the_full_paths() -> None:
+    """What a stopped anchor leaves: the names spool and the holder script use."""
+    from scrun_py.slurm.argv import ABANDON_FILE
+
+    assert (spool.STATE_FILE, ABANDON_FILE) == (quick.STATE_FILE, quick.ABANDON_FILE)
+
+
+def _delete_argv(root: Path, *extra: str) -> list[str]:
+    return ["--root", str(root), "-f", str(root.parent / "slurm.conf"), "delete", *extra, "c1"]
+
+
+@pytest.mark.parametrize("abandon", [False, True])
+@pytest.mark.parametrize("force", [False, True])
+def test_delete_of_a_stopped_container(tmp_root: Path, abandon: bool, force: bool) -> None:
+    """The record (and the holder's script) removed, as the full path removes them."""
+    cdir = stored(tmp_root, "stopped", 0, exit_code=0)
+    if abandon:
+        (cdir / quick.ABANDON_FILE).write_text("true\n")
+    assert quick.delete(_delete_argv(tmp_root, *(["--force"] if force else [])), {})
+    assert not cdir.exists()
+
+
+def test_delete_force_of_a_container_that_is_gone(tmp_root: Path) -> None:
+    """docker's second delete (--force): nothing to do, success; without --force the
+    full path reports `container does not exist`."""
+    assert quick.delete(_delete_argv(tmp_root, "-f"), {})
+    assert not quick.delete(_delete_argv(tmp_root), {})
+
+
+@pytest.mark.parametrize(("status", "pid", "extra"), [
+    ("running", ME, ""), ("created", ME, ""), ("stopped", ME, ""),  # anchor pid kept
+    ("stopped", 0, "anchor.sock"), ("stopped", 0, "stage-dir"),  # more than the record
+])
+def test_anything_else_is_left_to_the_full_path(tmp_root: Path, status: str, pid: int,
+                                                extra: str) -> None:
+    """A live or unusual container: False, and nothing was touched."""
+    cdir = stored(tmp_root, status, pid)
+    if extra:
+        (cdir / extra).write_text("")
+    before = sorted(p.name for p in cdir.iterdir())
+    assert not quick.delete(_delete_argv(tmp_root, "--force"), {})
+    assert before == sorted(p.name for p in cdir.iterdir())
+
+
+def test_a_site_file_is_left_to_the_full_path(tmp_root: Path) -> None:
+    """scrun-py.toml may ask for an audit record of the delete."""
+    cdir = stored(tmp_root, "stopped", 0)
+    (tmp_root.parent / "scrun-py.toml").write_text("[audit]\n")
+    assert not quick.delete(_delete_argv(tmp_root), {})
+    assert cdir.exists()
+    assert not quick.delete(["--root", str(tmp_root), "delete", "c1"],
+                            {"SLURM_CONF": str(tmp_root.parent / "slurm.conf")})
+
+
+def test_the_full_path_agrees(tmp_root: Path) -> None:
+    """The full path deletes the same stopped container the same way."""
+    cdir = stored(tmp_root, "stopped", 0)
+    (cdir / quick.ABANDON_FILE).write_text("true\n")
+    assert 0 == run(_delete_argv(tmp_root))
+    assert not cdir.exists()
+    assert 0 == run(_delete_argv(tmp_root, "--force"))
