@@ -18,6 +18,7 @@ import sys
 # (mypy reads this name as typing's)
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import NoReturn
 
 _VERSION_ARGV = (["--version"], ["-v"], ["-V"], ["version"])
@@ -124,26 +125,34 @@ def _exit(code: int) -> NoReturn:
     os._exit(code)
 
 
-def _run_fast(call: dict[str, str]) -> int:
-    """Run the verb; every failure is one line on stderr and one record in --log, as
-    through click (cli.main), including errors nobody expected."""
+def _run_fast(call: dict[str, str], quick: Callable[[], int | None] | None = None) -> int:
+    """Run the verb (`quick()` first, if given: its code, or None to go the full way);
+    every failure is one line on stderr and one record in --log, as through click
+    (cli.main), including errors nobody expected."""
+    try:
+        code = quick() if quick is not None else None
+        return _dispatch(call) if code is None else code
+    except BaseException as exc:
+        return _failed(call, exc)
+
+
+def _failed(call: dict[str, str], exc: BaseException) -> int:
     from scrun_py.errors import ScrunError
     from scrun_py.logs import fatal_record
     from scrun_py.settings import log_file
 
     log_path = log_file(call.get("--log"))
     log_format = call.get("--log-format", "text")
-    try:
-        return _dispatch(call)
-    except ScrunError as exc:
+    if isinstance(exc, ScrunError):
         fatal_record(str(exc), log_path, log_format)
         return exc.exit_code
-    except KeyboardInterrupt:
+    if isinstance(exc, KeyboardInterrupt):
         fatal_record("interrupted", log_path, log_format)
         return 130
-    except Exception as exc:  # never a bare traceback as the only output
+    if isinstance(exc, Exception):  # never a bare traceback as the only output
         fatal_record(f"internal error: {exc!r}", log_path, log_format)
         return 1
+    raise exc
 
 
 def _dispatch(call: dict[str, str]) -> int:
@@ -203,6 +212,14 @@ def main() -> NoReturn:
 
         if quick.delete(argv, os.environ):
             _exit(0)
+    elif len(argv) >= 2 and argv[-2] == "start":
+        import os
+
+        from scrun_py import quick
+
+        call = _fast_call(argv)
+        if call is not None:  # quick.start takes a subset of these shapes
+            _exit(_run_fast(call, lambda: 0 if quick.start(argv, os.environ) else None))
     call = _fast_call(argv)
     if call is not None:
         _exit(_run_fast(call))

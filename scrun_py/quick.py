@@ -1,7 +1,8 @@
-"""`state`, and `delete` of a stopped container, in the argv shapes engines and tools
-send, with nothing but os and json.
+"""`state`, `start` of a created container and `delete` of a stopped one, in the argv
+shapes engines and tools send, with nothing but os, socket and json.
 
-`state` is polled and the engines call `delete` once or twice per container; the
+`state` is polled and the engines call `start` once and `delete` once or twice per
+container; the
 interpreter's start is most of their cost, and the modules the full path imports
 (settings, logs, store, dataclasses, pathlib) would double it.  This answers only the
 plain case: `--root` given, an id of the usual characters, a readable well-formed record,
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 # spool.STATE_FILE and slurm.argv.ABANDON_FILE (the unit tests check): what a stopped
 # anchor leaves in its directory
 STATE_FILE, ABANDON_FILE = "state.json", "on-abandon.sh"
+SOCKET_NAME = "anchor.sock"  # spool.SOCKET_NAME
 _GLOBALS = ("--root", "--log", "--log-format", "-f", "--slurm-conf")
 _ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_+.-")
 _STATUSES = ("creating", "created", "running", "stopped")
@@ -143,3 +145,66 @@ def delete(argv: list[str], environ: Mapping[str, str]) -> bool:
         except OSError:
             pass  # as the full path's rmtree(ignore_errors=True)
     return True
+
+
+def start(argv: list[str], environ: Mapping[str, str]) -> bool:
+    """`start` of a created container whose anchor runs: True once the anchor launched
+    the step.  False when the full path must do it (nothing was sent then).  After the
+    request went out, a failure raises the error the full path raises (commands/start)."""
+    parsed = _parse(argv, "start") if _plain_env(environ) else None
+    if parsed is None:
+        return False
+    opts, cid, _ = parsed
+    conf = (os.path.abspath(opts["-f"]) if "-f" in opts
+            else environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf")
+    if os.path.lexists(os.path.join(os.path.dirname(conf), "scrun-py.toml")):
+        return False  # the site may keep an audit trail of starts
+    cdir = os.path.join(os.path.abspath(opts["--root"]), cid)
+    rec = _record(os.path.join(cdir, STATE_FILE))
+    if rec is None or rec["status"] != "created" or rec["anchor_pid"] <= 0:
+        return False
+    started = process_start_time(rec["anchor_pid"])
+    if not started or (rec["anchor_start"] and started != rec["anchor_start"]):
+        return False
+    import socket
+
+    try:
+        fd = os.open(cdir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        sock.settimeout(5.0)
+        try:  # the address of spool.connect: any --root length
+            sock.connect(f"/proc/self/fd/{fd}/{SOCKET_NAME}")
+        except OSError:
+            sock.close()
+            return False
+    finally:
+        os.close(fd)
+    with sock:
+        data = b""
+        try:
+            sock.settimeout(600)
+            sock.sendall(b'{"v":1,"type":"start"}\n')
+            while not data.endswith(b"\n") and len(data) <= 65536:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        except OSError:
+            data = b""
+    try:
+        reply = json.loads(data) if data else None
+    except ValueError:
+        reply = None
+    if isinstance(reply, dict) and type(reply.get("v")) is int and reply["v"] == 1 \
+            and reply.get("ok") is True:
+        return True
+    from scrun_py import protocol
+    from scrun_py.errors import ScrunError
+
+    if not data:  # the anchor went away: what commands/start says then
+        raise ScrunError("cannot start a container that has stopped")
+    protocol.reply_or_raise(protocol.decode(data))
+    raise ScrunError("cannot start a container that has stopped")  # not reached

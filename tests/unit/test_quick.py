@@ -1,6 +1,7 @@
 """The os+json paths (scrun_py/quick.py): `state` prints what the full path prints,
-`delete` of a stopped container removes what the full path removes, and every other case
-(errors included) is left to the full path untouched."""
+`start` sends the protocol's request and fails as the full path fails, `delete` of a
+stopped container removes what the full path removes, and every other case (errors
+included) is left to the full path untouched."""
 
 # Expected value first, as everywhere in our tests (hence SIM300 is off for tests/).
 
@@ -8,11 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 
 import pytest
 
-from scrun_py import procs, quick, spool
+from scrun_py import procs, protocol, quick, spool
+from scrun_py.errors import ScrunError
 from scrun_py.quick import answer
 from tests.unit.cli_run import run, stored
 
@@ -89,7 +92,8 @@ def test_file_names_are_the_full_paths() -> None:
     """What a stopped anchor leaves: the names spool and the holder script use."""
     from scrun_py.slurm.argv import ABANDON_FILE
 
-    assert (spool.STATE_FILE, ABANDON_FILE) == (quick.STATE_FILE, quick.ABANDON_FILE)
+    assert (spool.STATE_FILE, ABANDON_FILE, spool.SOCKET_NAME) == (
+        quick.STATE_FILE, quick.ABANDON_FILE, quick.SOCKET_NAME)
 
 
 def _delete_argv(root: Path, *extra: str) -> list[str]:
@@ -146,3 +150,67 @@ def test_the_full_path_agrees(tmp_root: Path) -> None:
     assert 0 == run(_delete_argv(tmp_root))
     assert not cdir.exists()
     assert 0 == run(_delete_argv(tmp_root, "--force"))
+
+
+def _anchor(cdir: Path, reply: bytes | None) -> tuple[threading.Thread, list[bytes]]:
+    """A one-request anchor on the control socket: answers `reply` (None: hangs up)."""
+    listener = spool.bind(cdir)
+    got: list[bytes] = []
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn, listener:
+            got.append(conn.recv(65536))
+            if reply is not None:
+                conn.sendall(reply)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return thread, got
+
+
+def _start_argv(root: Path) -> list[str]:
+    return ["--root", str(root), "-f", str(root.parent / "slurm.conf"), "start", "c1"]
+
+
+def test_start_sends_the_protocols_request(tmp_root: Path) -> None:
+    """The request is protocol.encode_request("start"); an ok reply is success."""
+    cdir = stored(tmp_root, "created", ME, anchor_start=procs.process_start_time(ME))
+    thread, got = _anchor(cdir, protocol.encode_ok(job_id=5))
+    assert quick.start(_start_argv(tmp_root), {})
+    thread.join(5)
+    assert [protocol.encode_request("start")] == got
+
+
+@pytest.mark.parametrize(("reply", "message"), [
+    (protocol.encode_error(ScrunError("cannot start a container that is still being "
+                                      "created")),
+     "cannot start a container that is still being created"),
+    (None, "cannot start a container that has stopped"),
+    (b"nonsense\n", "malformed control message"),
+])
+def test_start_failures_raise_what_the_full_path_raises(tmp_root: Path, reply: bytes | None,
+                                                        message: str) -> None:
+    """An error reply, a hang-up, garbage: the full path's errors (commands/start)."""
+    cdir = stored(tmp_root, "created", ME)
+    _anchor(cdir, reply)
+    with pytest.raises(ScrunError) as info:
+        quick.start(_start_argv(tmp_root), {})
+    assert message == str(info.value)
+
+
+@pytest.mark.parametrize(("status", "pid"), [
+    ("running", ME), ("stopped", 0), ("created", 2 ** 22 + 1), ("creating", ME)])
+def test_start_leaves_other_containers_to_the_full_path(tmp_root: Path, status: str,
+                                                        pid: int) -> None:
+    """Not a created container with a live anchor: False (the full path says why)."""
+    stored(tmp_root, status, pid)
+    assert not quick.start(_start_argv(tmp_root), {})
+
+
+def test_start_without_a_socket_is_left_to_the_full_path(tmp_root: Path) -> None:
+    """Nothing was sent: the full path connects again and words the failure."""
+    stored(tmp_root, "created", ME)
+    assert not quick.start(_start_argv(tmp_root), {})
+    (tmp_root.parent / "scrun-py.toml").write_text("")
+    assert not quick.start(_start_argv(tmp_root), {})
