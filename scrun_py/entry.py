@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import NoReturn
 
+    from scrun_py.anchor.launch import EarlyAnchor
+
 _VERSION_ARGV = (["--version"], ["-v"], ["-V"], ["version"])
 _VERBS = ("state", "start", "delete", "create")
 
@@ -156,6 +158,22 @@ def _failed(call: dict[str, str], exc: BaseException) -> int:
 
 
 def _dispatch(call: dict[str, str]) -> int:
+    early = None
+    if call["verb"] == "create":
+        from scrun_py.anchor.launch import EarlyAnchor
+
+        # forked first: the anchor's imports run on the other CPU while create resolves
+        # its options and reads the bundle
+        early = EarlyAnchor.fork(call.get("-f"))
+    try:
+        return _verb(call, early)
+    except BaseException:
+        if early is not None and not early.sent:
+            early.abandon()
+        raise
+
+
+def _verb(call: dict[str, str], early: EarlyAnchor | None) -> int:
     from scrun_py.settings import Invocation
 
     inv = Invocation.resolve(root=call.get("--root"), log_path=call.get("--log"),
@@ -166,10 +184,6 @@ def _dispatch(call: dict[str, str]) -> int:
     for flag in call.get("ignored_create", "").split():
         inv.note("debug", f"create {flag} ignored", flag=flag, value=True)
     if call["verb"] == "create":
-        from scrun_py.anchor.launch import EarlyAnchor
-
-        # the anchor's imports run on the other CPU while create reads the bundle
-        early = EarlyAnchor.fork(inv)
         from scrun_py.commands import create
 
         create.run(inv, call["id"], call.get("bundle"), call.get("pid_file"),

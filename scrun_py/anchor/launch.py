@@ -16,13 +16,15 @@ import subprocess
 import sys
 
 from scrun_py import procs
-from scrun_py.anchor.spec import AnchorSpec
 
+# entry.py forks before create's imports: this module imports no more than it must
+# (mypy reads this name as typing's)
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import NoReturn
 
+    from scrun_py.anchor.spec import AnchorSpec
     from scrun_py.settings import Invocation
 
 
@@ -67,8 +69,9 @@ class EarlyAnchor:
         self._ready_read = ready_read
 
     @classmethod
-    def fork(cls, inv: Invocation) -> EarlyAnchor | None:
-        """Fork the anchor now; None when it must be a new interpreter (userns_prefix)."""
+    def fork(cls, slurm_conf: str | None) -> EarlyAnchor | None:
+        """Fork the anchor now (`slurm_conf`: create's -f, if given); None when it must
+        be a new interpreter (userns_prefix)."""
         if userns_prefix():
             return None
         spec_read, spec_write = os.pipe2(os.O_CLOEXEC)
@@ -79,7 +82,7 @@ class EarlyAnchor:
         if pid == 0:
             os.close(spec_write)
             os.close(ready_read)
-            _child(spec_read, ready_write, inv)
+            _child(spec_read, ready_write, slurm_conf)
         os.close(spec_read)
         os.close(ready_write)
         return cls(pid, spec_write, ready_read, ready_write)
@@ -110,7 +113,7 @@ class EarlyAnchor:
             os.waitpid(self.pid, 0)
 
 
-def _child(spec_read: int, ready_write: int, inv: Invocation) -> NoReturn:
+def _child(spec_read: int, ready_write: int, slurm_conf: str | None) -> NoReturn:
     """The anchor: imports, waits for its spec, runs; never returns into create."""
     rc = 1
     try:
@@ -119,10 +122,10 @@ def _child(spec_read: int, ready_write: int, inv: Invocation) -> NoReturn:
         os.closerange(3, keep[0])
         os.closerange(keep[0] + 1, keep[1])
         os.closerange(keep[1] + 1, 1 << 20)
-        if inv.slurm_conf is not None:
+        if slurm_conf is not None:
             # -f names the cluster for the Slurm commands the anchor runs too: engines
             # (dockerd's shim, conmon) do not pass SLURM_CONF through to the runtime.
-            os.environ["SLURM_CONF"] = str(inv.slurm_conf)
+            os.environ["SLURM_CONF"] = os.path.abspath(slurm_conf)
         from scrun_py.anchor.__main__ import preload, run_anchor
 
         preload()
@@ -140,6 +143,8 @@ def _child(spec_read: int, ready_write: int, inv: Invocation) -> NoReturn:
 
 
 def _run_spec(data: bytes, run_anchor: Callable[[AnchorSpec], int]) -> int:
+    from scrun_py.anchor.spec import AnchorSpec
+
     spec = AnchorSpec.from_json(data.decode())
     if spec.console_socket:
         # with a terminal the container's stdio is the pty: like runc's init, the
@@ -173,7 +178,8 @@ def start_late(inv: Invocation, spec: AnchorSpec, ready_read: int) -> AnchorProc
     if pid == 0:
         os.close(spec_write)
         os.close(ready_read)
-        _child(spec_read, spec.ready_fd, inv)
+        _child(spec_read, spec.ready_fd,
+               str(inv.slurm_conf) if inv.slurm_conf is not None else None)
     os.close(spec_read)
     return EarlyAnchor(pid, spec_write, ready_read, spec.ready_fd).send(spec).process
 

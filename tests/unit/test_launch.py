@@ -31,6 +31,10 @@ def _processes_naming(text: str) -> list[int]:
     (["--bundle", "{tmp}/nope"], "bundle {tmp}/nope: not a directory"),
     (["--bundle", "{tmp}", "--pid-file", "{tmp}/no/such/dir/pid"],
      "pid file directory does not exist: {tmp}/no/such/dir"),
+    # the options are resolved after the fork
+    (["--log", "syslog:x", "--bundle", "{tmp}"],
+     "--log syslog:x: only a file ([file:]PATH) is supported; for syslog use "
+     "SCRUN_SYSLOG_DEBUG"),
 ])
 def test_failed_create_ends_the_early_anchor(tmp_path: Path, args: list[str],
                                              message: str) -> None:
@@ -42,8 +46,10 @@ def test_failed_create_ends_the_early_anchor(tmp_path: Path, args: list[str],
         '{"ociVersion": "1.0.2", "root": {"path": "rootfs"}, "process": {"args": ["true"]}}')
     (tmp_path / "slurm.conf").write_text("")
     (tmp_path / "oci.conf").write_text('RunTimeRun="r %b" RunTimeKill="k" RunTimeDelete="d"\n')
+    globals_ = args[:2] if args[0] == "--log" else []
+    args = args[len(globals_):]
     argv = [sys.executable, "-c", "from scrun_py.entry import main; main()", "--root",
-            str(root), "-f", str(tmp_path / "slurm.conf"), "create",
+            str(root), "-f", str(tmp_path / "slurm.conf"), *globals_, "create",
             *[a.format(tmp=tmp_path) for a in args], "c1"]
     # files, not pipes: a pipe's reader would wait for every holder (the anchor too)
     with open(tmp_path / "err", "w+") as err:
