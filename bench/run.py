@@ -24,6 +24,7 @@ import atexit
 import json
 import os
 import pwd
+import resource
 import shutil
 import statistics
 import subprocess
@@ -108,14 +109,48 @@ def engine_env() -> dict[str, str]:
 
 
 def rss_kb(pid: int) -> int:
+    """Peak resident set (VmHWM) of a process, in kB; 0 if it is gone."""
+    return _proc_kb(f"/proc/{pid}/status", "VmHWM:")
+
+
+def pss_kb(pid: int) -> int:
+    """Proportional set size (shared pages split between their users), in kB."""
+    return _proc_kb(f"/proc/{pid}/smaps_rollup", "Pss:")
+
+
+def _proc_kb(path: str, key: str) -> int:
     try:
-        text = Path(f"/proc/{pid}/status").read_text()
+        text = Path(path).read_text()
     except OSError:
         return 0
     for line in text.splitlines():
-        if line.startswith("VmHWM:"):
+        if line.startswith(key):
             return int(line.split()[1])
     return 0
+
+
+def children_cpu_s() -> float:
+    """user+system CPU seconds of every waited-for descendant so far (getrusage)."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def daemons_cpu_s() -> float:
+    """user+system CPU seconds of this cluster's slurmctld and slurmd(s) so far."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            stat = Path(f"/proc/{entry}/stat").read_text().rpartition(") ")[2].split()
+        except OSError:
+            continue
+        if (cmd and Path(cmd[0].decode(errors="replace")).name in ("slurmctld", "slurmd")
+                and str(STATE / "slurm.conf").encode() in cmd):
+            total += (int(stat[11]) + int(stat[12])) / tick
+    return total
 
 
 class Hang(Exception):
@@ -151,6 +186,24 @@ def wait_gone(pid: int, what: str) -> None:
         if time.monotonic() > deadline:
             raise Hang(what)
         time.sleep(0.002)
+
+
+def create_bounded(base: list[str], env: dict[str, str], bundle: Path, pid_file: Path,
+                   cid: str) -> int:
+    """`create`, bounded by HANG_S (Hang); the anchor's pid.  Its stdio is never a pipe
+    we read: the anchor keeps it (the container's stdio)."""
+    proc = subprocess.Popen([*base, "create", "--bundle", str(bundle), "--pid-file",
+                             str(pid_file), cid], env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        rc = proc.wait(timeout=HANG_S)
+    except subprocess.TimeoutExpired as exc:
+        proc.kill()
+        proc.wait()
+        raise Hang(f"create {cid}") from exc
+    if rc != 0:
+        raise RuntimeError(f"create {cid}: exit {rc}")
+    return int(pid_file.read_text())
 
 
 def end_container(cid: str, env: dict[str, str]) -> None:
@@ -248,7 +301,7 @@ def private_dockerd(conf: Path) -> tuple[subprocess.Popen[bytes], dict[str, str]
 
 
 def versus_rows(pw: pwd.struct_passwd, env: dict[str, str], work: Path, n: int,
-                counter: Iterator[int]) -> list[dict[str, object]]:
+                counter: Iterator[int], engines: bool = True) -> list[dict[str, object]]:
     """scrun-py and Slurm's scrun side by side, same configuration, same bundles."""
     conf = versus_conf(work)
     exes = {"scrun-py": SCRUN, "Slurm's scrun": str(SLURM_BIN / "scrun")}
@@ -260,17 +313,7 @@ def versus_rows(pw: pwd.struct_passwd, env: dict[str, str], work: Path, n: int,
 
     def create(who: str, cid: str, bundle: str) -> int:
         """`create` through `who`, bounded by HANG_S; the anchor's pid."""
-        pid_file = work / f"{cid}.pid"
-        proc = subprocess.Popen([*base(who), "create", "--bundle", str(work / bundle),
-                                 "--pid-file", str(pid_file), cid], env=env,
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
-        try:
-            proc.wait(timeout=HANG_S)
-        except subprocess.TimeoutExpired as exc:
-            proc.kill()
-            raise Hang(f"create {cid}") from exc
-        return int(pid_file.read_text())
+        return create_bounded(base(who), env, work / bundle, work / f"{cid}.pid", cid)
 
     def lifecycle(who: str, cid: str) -> None:
         anchor = create(who, cid, "true")
@@ -324,6 +367,8 @@ def versus_rows(pw: pwd.struct_passwd, env: dict[str, str], work: Path, n: int,
             end_container(cid, env)
     out.append({"name": "state (one running container)", **state})
     out.append({"name": "anchor peak RSS (one running container)", **rss})
+    if not engines:
+        return out
 
     # the engines as root, `true` in the test image, same configuration for both
     podman_env = {"PATH": env["PATH"].replace(f"{VENV}/bin:", ""), "HOME": "/root",
@@ -386,10 +431,149 @@ def print_versus(rows: list[dict[str, object]]) -> None:
               f" {sl['hangs']} of {runs} |")
 
 
+def lifecycles(pw: pwd.struct_passwd, env: dict[str, str], base: list[str], work: Path,
+               n: int, counter: Iterator[int]) -> dict[str, object]:
+    """n lifecycles of `true`, each call bounded by HANG_S: timings of the good ones, the
+    failures (a non-zero exit, a missing pid file) and the hangs (then cleaned up)."""
+    samples: list[float] = []
+    failures: list[str] = []
+    hangs: list[str] = []
+    for _ in range(n):
+        cid = f"L{next(counter)}"
+        t = time.perf_counter()
+        try:
+            anchor = create_bounded(base, env, work / "true", work / f"{cid}.pid", cid)
+            call([*base, "start", cid], env)
+            wait_gone(anchor, f"anchor {cid}")
+            call([*base, "delete", cid], env)
+        except Hang as exc:
+            hangs.append(str(exc))
+        except (RuntimeError, OSError, ValueError) as exc:
+            failures.append(f"{cid}: {exc}"[:300])
+        else:
+            samples.append(time.perf_counter() - t)
+            continue
+        subprocess.run([*base, "delete", "--force", cid], env=env, capture_output=True,
+                       timeout=HANG_S, check=False)
+    return {"n": n, "ok": len(samples), "failures": len(failures), "hangs": len(hangs),
+            "median_s": statistics.median(samples) if samples else None,
+            "min_s": min(samples, default=None), "max_s": max(samples, default=None),
+            "problems": failures + hangs}
+
+
+def memory(pw: pwd.struct_passwd, env: dict[str, str], base: list[str], work: Path,
+           count: int, prefix: str) -> dict[str, object]:
+    """Peak RSS (VmHWM), RSS and PSS of each anchor with `count` running containers."""
+    pids: dict[str, int] = {}
+    try:
+        for i in range(count):
+            cid = f"{prefix}{i}"
+            pids[cid] = create_bounded(base, env, work / "sleep", work / f"{cid}.pid", cid)
+            call([*base, "start", cid], env)
+        time.sleep(1)
+        hwm = [rss_kb(pid) for pid in pids.values()]
+        rss = [_proc_kb(f"/proc/{pid}/status", "VmRSS:") for pid in pids.values()]
+        pss = [pss_kb(pid) for pid in pids.values()]
+    finally:
+        for cid in pids:
+            subprocess.run([*base, "delete", "--force", cid], env=env, capture_output=True,
+                           timeout=HANG_S, check=False)
+    mb = [round(k / 1024, 1) for k in hwm]
+    return {"containers": count, "peak_rss_mb": mb,
+            "peak_rss_mb_median": statistics.median(mb) if mb else None,
+            "peak_rss_mb_max": max(mb, default=None),
+            "rss_mb_median": round(statistics.median(rss) / 1024, 1) if rss else None,
+            "pss_mb_median": round(statistics.median(pss) / 1024, 1) if pss else None,
+            "pss_mb_total": round(sum(pss) / 1024, 1)}
+
+
+def concurrent_runs(pw: pwd.struct_passwd, env: dict[str, str], root: str, work: Path,
+                    count: int) -> dict[str, object]:
+    """`count` `scrun-py run` of `true` started at once: wall time, failures, and the CPU
+    they cost on this (login) node: our processes with salloc and srun (getrusage of the
+    waited-for children) and, apart, slurmctld's and slurmd's."""
+    cpu0, daemons0 = children_cpu_s(), daemons_cpu_s()
+    t = time.perf_counter()
+    procs = [subprocess.Popen(as_user(pw, [SCRUN, "--root", root, "run", "--bundle",
+                                           str(work / "true"), f"c{i}"]), env=env,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL) for i in range(count)]
+    codes = []
+    for p in procs:
+        try:
+            codes.append(p.wait(timeout=900))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            codes.append(p.wait())
+    wall = time.perf_counter() - t
+    cpu, daemons = children_cpu_s() - cpu0, daemons_cpu_s() - daemons0
+    return {"n": count, "wall_s": round(wall, 2), "failures": sum(1 for c in codes if c),
+            "cpu_s_per_container": round(cpu / count, 3),
+            "slurm_daemons_cpu_s_per_container": round(daemons / count, 3)}
+
+
+TARGETS = (("lifecycle", 2.5, "x Slurm's scrun"), ("state", 3.0, "x Slurm's scrun"),
+           ("--version", 25.0, "ms"), ("rss", 15.0, "MB"))
+
+
+def print_targets(rows: list[dict[str, object]], versus: list[dict[str, object]],
+                  life: dict[str, object], mem: list[dict[str, object]],
+                  conc: dict[str, object]) -> list[dict[str, object]]:
+    """The issue's targets, each with what this run measured."""
+    out: list[dict[str, object]] = []
+
+    def add(target: str, measured: str, met: bool | None) -> None:
+        out.append({"target": target, "measured": measured, "met": met})
+
+    vs = {str(r["name"]).split(" ")[0]: r for r in versus}
+    for key, name in (("lifecycle", "create→start→exit→delete"), ("state", "state")):
+        r = vs.get(name)
+        py = r and r["scrun-py"]
+        sl = r and r["Slurm's scrun"]
+        a = py.get("median_s") if isinstance(py, dict) else None
+        b = sl.get("median_s") if isinstance(sl, dict) else None
+        limit = dict((k, v) for k, v, _ in TARGETS)[key]
+        if isinstance(a, float) and isinstance(b, float) and b:
+            add(f"{key} ≤ {limit}x Slurm's scrun",
+                f"{a * 1000:.0f} ms vs {b * 1000:.0f} ms = {a / b:.2f}x", a / b <= limit)
+        else:
+            add(f"{key} ≤ {limit}x Slurm's scrun", "no Slurm scrun in this release", None)
+    version = next((r for r in rows if r["name"] == "scrun-py --version"), None)
+    if version is not None:
+        ms = float(str(version["median_s"])) * 1000
+        add("--version ≤ 25 ms", f"{ms:.0f} ms", ms <= 25)
+    add("lifecycles: 0 failures or hangs",
+        f"{life['failures']} failures, {life['hangs']} hangs in {life['n']}",
+        life["failures"] == 0 and life["hangs"] == 0)
+    for m in mem:
+        peak = m["peak_rss_mb_max"]
+        add(f"anchor peak RSS ≤ 15 MB ({m['containers']} running)",
+            f"median {m['peak_rss_mb_median']} MB, max {peak} MB; PSS median "
+            f"{m['pss_mb_median']} MB", isinstance(peak, float) and peak <= 15)
+    add(f"{conc['n']} concurrent containers, 0 failures",
+        f"{conc['failures']} failures, {conc['wall_s']} s, {conc['cpu_s_per_container']} "
+        f"CPU s per container (+ {conc['slurm_daemons_cpu_s_per_container']} s slurmctld/"
+        "slurmd)", conc["failures"] == 0)
+    print()
+    print("| target | measured | met |")
+    print("|---|---|---|")
+    for t in out:
+        met = {True: "yes", False: "no", None: "-"}[t["met"]]  # type: ignore[index]
+        print(f"| {t['target']} | {t['measured']} | {met} |")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("-n", type=int, default=10)
-    ap.add_argument("--concurrent", type=int, default=50)
+    ap.add_argument("-n", type=int, default=10, help="runs per timed row")
+    ap.add_argument("--lifecycles", type=int, default=100,
+                    help="lifecycles counted for failures and hangs")
+    ap.add_argument("--many", type=int, default=50,
+                    help="containers running at once for the memory row")
+    ap.add_argument("--concurrent", type=int, default=200,
+                    help="`scrun-py run` started at once")
+    ap.add_argument("--skip-engines", action="store_true",
+                    help="no podman/docker rows (both tables)")
     ap.add_argument("--versus-only", action="store_true",
                     help="only the rows against Slurm's own scrun")
     opts = ap.parse_args()
@@ -398,8 +582,8 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="scrun-bench-", dir="/tmp"))
     atexit.register(shutil.rmtree, work, True)  # also when a row fails
     os.chmod(work, 0o755)
-    # podman runs the runtime in podman's working directory, and scrun-py's anchor
-    # (`python -m`) would import a scrun_py package found there (this checkout's)
+    # podman runs the runtime in podman's working directory: a scrun_py package found
+    # there must never be the one that runs
     os.chdir(work)
     make_bundle(work / "true", ["true"])
     make_bundle(work / "sleep", ["sleep", "600"])
@@ -421,19 +605,13 @@ def main() -> None:
     def srun_container() -> None:
         run(as_user(pw, ["srun", f"--container={work / 'true'}", "true"]), env)
 
+    base = as_user(pw, [SCRUN, "--root", root])
+
     def lifecycle() -> None:
         cid = f"l{next(counter)}"
-        base = as_user(pw, [SCRUN, "--root", root])
-        proc = subprocess.Popen([*base, "create", "--bundle", str(work / "true"),
-                                 "--pid-file", f"{work}/{cid}.pid", cid], env=env,
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
-        proc.wait()
+        anchor = create_bounded(base, env, work / "true", work / f"{cid}.pid", cid)
         run([*base, "start", cid], env)
-        pid = int(Path(f"{work}/{cid}.pid").read_text())
-        while Path(f"/proc/{pid}").exists() and "Z" not in Path(
-                f"/proc/{pid}/stat").read_text().split(") ")[1][:1]:
-            time.sleep(0.002)
+        wait_gone(anchor, f"anchor {cid}")
         run([*base, "delete", cid], env)
 
     def scrun_run() -> None:
@@ -444,7 +622,7 @@ def main() -> None:
     if opts.versus_only:
         if not slurm_scrun():
             raise SystemExit(f"no Slurm scrun in {SLURM_BIN}")
-        versus = versus_rows(pw, env, work, opts.n, counter)
+        versus = versus_rows(pw, env, work, opts.n, counter, not opts.skip_engines)
         print_versus(versus)
         (Path(__file__).parent / "results" / "versus.json").write_text(json.dumps(
             {"date": time.strftime("%Y-%m-%d"), "versus_slurm_scrun": versus}, indent=2))
@@ -458,26 +636,23 @@ def main() -> None:
     add("scrun-py run", timed(scrun_run, opts.n), "srun --container true (Slurm floor)")
 
     # the engines as root, `true` in the test image; only the runtime differs
-    eng = engine_env()
-    image = eng.get("SCRUN_TEST_IMAGE", "scrun-busybox")
-    podman = ["podman", "run", "--rm", "--network", "none", *PODMAN_CRUN_ULIMITS]
-    docker = ["docker", "run", "--rm", "--network", "none"]
-    for what, argv, plain in (("podman run --rm", podman, "crun"),
-                              ("docker run --rm", docker, "runc")):
-        img = f"localhost/{image}" if argv[0] == "podman" else image
-        base_row = f"{what} true ({plain}, root)"
-        add(base_row, timed(partial(run, [*argv, "--runtime", plain, img, "true"], eng),
-                            opts.n), None)
-        add(f"{what} true (scrun-py, root)",
-            timed(partial(run, [*argv, "--runtime", "slurm", img, "true"], eng), opts.n),
-            base_row)
+    if not opts.skip_engines:
+        eng = engine_env()
+        image = eng.get("SCRUN_TEST_IMAGE", "scrun-busybox")
+        podman = ["podman", "run", "--rm", "--network", "none", *PODMAN_CRUN_ULIMITS]
+        docker = ["docker", "run", "--rm", "--network", "none"]
+        for what, argv, plain in (("podman run --rm", podman, "crun"),
+                                  ("docker run --rm", docker, "runc")):
+            img = f"localhost/{image}" if argv[0] == "podman" else image
+            base_row = f"{what} true ({plain}, root)"
+            add(base_row, timed(partial(run, [*argv, "--runtime", plain, img, "true"], eng),
+                                opts.n), None)
+            add(f"{what} true (scrun-py, root)",
+                timed(partial(run, [*argv, "--runtime", "slurm", img, "true"], eng), opts.n),
+                base_row)
 
     # short commands against one running container
-    base = as_user(pw, [SCRUN, "--root", root])
-    proc = subprocess.Popen([*base, "create", "--bundle", str(work / "sleep"), "--pid-file",
-                             f"{work}/s.pid", "s"], env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    proc.wait()
+    create_bounded(base, env, work / "sleep", work / "s.pid", "s")
     run([*base, "start", "s"], env)
     subprocess.run(as_user(pw, ["crun", "--rootless=true", f"--root={work}/crunstate", "create",
                                 "--bundle", str(work / "sleep"), "cs"]), env=env, check=True,
@@ -491,44 +666,16 @@ def main() -> None:
                                     opts.n * 3), "crun state")
     add("scrun-py kill (SIGWINCH, running)",
         timed(lambda: run([*base, "kill", "s", "WINCH"], env), opts.n), "crun state")
-    anchor = int(Path(f"{work}/s.pid").read_text())
-    rss1 = rss_kb(anchor)
     run([*base, "delete", "--force", "s"], env)
     subprocess.run(as_user(pw, ["crun", "--rootless=true", f"--root={work}/crunstate", "delete",
                                 "--force", "cs"]), env=env, check=False)
 
-    # memory with 20 containers running at once
-    many = [f"m{i}" for i in range(20)]
-    pids: list[int] = []
-    for cid in many:
-        # the anchor keeps create's stdio (the container's): never a pipe we read to EOF
-        with open(work / f"{cid}.err", "wb") as err:
-            p = subprocess.Popen([*base, "create", "--bundle", str(work / "sleep"),
-                                  "--pid-file", f"{work}/{cid}.pid", cid], env=env,
-                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                 stderr=err)
-            p.wait()
-        if p.returncode != 0:
-            raise RuntimeError(f"create {cid}: {(work / f'{cid}.err').read_text()[-300:]}")
-        pids.append(int(Path(f"{work}/{cid}.pid").read_text()))
-        run([*base, "start", cid], env)
-    time.sleep(1)
-    rss20 = [rss_kb(pid) for pid in pids]
-    for cid in many:
-        run([*base, "delete", "--force", cid], env)
-
-    # concurrency: N containers created and run at once
-    def one(i: int) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(as_user(pw, [SCRUN, "--root", root, "run", "--bundle",
-                                             str(work / "true"), f"c{i}"]), env=env,
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
-    t = time.perf_counter()
-    procs = [one(i) for i in range(opts.concurrent)]
-    failures = sum(1 for p in procs if p.wait(timeout=900) != 0)
-    conc = time.perf_counter() - t
-
-    versus = versus_rows(pw, env, work, opts.n, counter) if slurm_scrun() else []
+    life = lifecycles(pw, env, base, work, opts.lifecycles, counter)
+    mem = [memory(pw, env, base, work, 1, "m1-"),
+           memory(pw, env, base, work, opts.many, "mm-")]
+    conc = concurrent_runs(pw, env, root, work, opts.concurrent)
+    versus = (versus_rows(pw, env, work, opts.n, counter, not opts.skip_engines)
+              if slurm_scrun() else [])
 
     by_name = {r["name"]: r for r in rows}
     print("| what | median | min | max | n | ratio to floor |")
@@ -541,24 +688,31 @@ def main() -> None:
         print(f"| {r['name']} | {float(r['median_s']) * 1000:.0f} ms |"  # type: ignore[arg-type]
               f" {float(r['min_s']) * 1000:.0f} ms | {float(r['max_s']) * 1000:.0f} ms |"  # type: ignore[arg-type]
               f" {r['n']} | {ratio} |")
-    print(f"| anchor peak RSS (1 container) | {rss1 / 1024:.1f} MB | | | 1 | target 30 MB |")
-    print(f"| anchor peak RSS (20 containers, each) | {statistics.median(rss20) / 1024:.1f} MB |"
-          f" {min(rss20) / 1024:.1f} MB | {max(rss20) / 1024:.1f} MB | 20 |"
-          f" total {sum(rss20) / 1024:.0f} MB |")
-    print(f"| {opts.concurrent} concurrent `scrun-py run` | {conc:.1f} s total | | | 1 |"
-          f" failures: {failures} |")
+    med = life["median_s"]
+    print(f"| {life['n']} lifecycles (every call bounded by {HANG_S} s) |"
+          f" {float(med) * 1000:.0f} ms | | | {life['ok']} |"  # type: ignore[arg-type]
+          f" failures: {life['failures']}, hangs: {life['hangs']} |" if med is not None else
+          f"| {life['n']} lifecycles | - | | | 0 | failures: {life['failures']}, hangs:"
+          f" {life['hangs']} |")
+    for m in mem:
+        print(f"| anchor memory ({m['containers']} running, each) |"
+              f" peak RSS {m['peak_rss_mb_median']} MB (max {m['peak_rss_mb_max']}) |"
+              f" RSS {m['rss_mb_median']} MB | PSS {m['pss_mb_median']} MB |"
+              f" {m['containers']} | PSS total {m['pss_mb_total']} MB |")
+    print(f"| {conc['n']} concurrent `scrun-py run` | {conc['wall_s']} s total | | | 1 |"
+          f" failures: {conc['failures']}; CPU {conc['cpu_s_per_container']} s per container"
+          f" (slurmctld+slurmd {conc['slurm_daemons_cpu_s_per_container']} s) |")
     if versus:
         print_versus(versus)
+    targets = print_targets(rows, versus, life, mem, conc)
     out = Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)
     (out / "latest.json").write_text(json.dumps({
         "date": time.strftime("%Y-%m-%d"), "slurm": subprocess.run(
             ["srun", "--version"], capture_output=True, text=True, env=env,
             check=False).stdout.strip(),
-        "rows": rows, "anchor_rss_mb_1": round(rss1 / 1024, 1),
-        "anchor_rss_mb_20": [round(r / 1024, 1) for r in rss20],
-        "concurrent": {"n": opts.concurrent, "wall_s": round(conc, 2), "failures": failures},
-        "versus_slurm_scrun": versus,
+        "rows": rows, "lifecycles": life, "memory": mem, "concurrent": conc,
+        "versus_slurm_scrun": versus, "targets": targets,
     }, indent=2))
     shutil.rmtree(work, ignore_errors=True)
 

@@ -173,7 +173,10 @@ def phases(procs: list[Proc], t0: int, t_end: int) -> dict[str, float]:
 
     out: dict[str, float] = {}
     create = first(procs, lambda p: is_verb(p, "create"))
-    anchor = first(procs, lambda p: any("scrun_py.anchor" in x for x in p.argv))
+    # the anchor: forked from create (no exec), or `python -m scrun_py.anchor` behind
+    # unshare (rootless podman)
+    anchor = first(procs, lambda p: any("scrun_py.anchor" in x for x in p.argv)) or (
+        create and first(procs, lambda p: p.ppid == create.pid and not p.execs))
     salloc = first(procs, lambda p: p.argv[:1] and p.argv[0].endswith("salloc"))
     holder = salloc and first(procs, lambda p: p.ppid == salloc.pid and p.execs)
     start = first(procs, lambda p: is_verb(p, "start"))
@@ -186,10 +189,11 @@ def phases(procs: list[Proc], t0: int, t_end: int) -> dict[str, float]:
     if create is None or anchor is None:
         return out
     c_exec = create.execs[0][0]
+    a_start = anchor.execs[-1][0] if anchor.execs else anchor.start_ns
     out["engine → create exec"] = ms(t0, c_exec)
-    out["create: CLI until anchor exec"] = ms(c_exec, anchor.execs[-1][0])
+    out["create: CLI until anchor fork/exec"] = ms(c_exec, a_start)
     if salloc:
-        out["anchor: exec → salloc exec"] = ms(anchor.execs[-1][0], salloc.execs[0][0])
+        out["anchor: fork/exec → salloc exec"] = ms(a_start, salloc.execs[0][0])
         if holder:
             out["salloc: exec → job granted"] = ms(salloc.execs[0][0], holder.execs[0][0])
             stage_in = [h for h in hooks if h.start_ns < create.end_ns]

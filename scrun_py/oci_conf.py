@@ -16,26 +16,24 @@ from pydantic_core import PydanticCustomError
 
 from scrun_py.errors import OciConfError
 from scrun_py.flags import LADDER, level_word
+from scrun_py.oci_conf_syntax import CREATE_SET as _CREATE_SET
+from scrun_py.oci_conf_syntax import FALSE_WORDS as _FALSE_WORDS
+from scrun_py.oci_conf_syntax import PAIR as _PAIR
+from scrun_py.oci_conf_syntax import RUN_SET as _RUN_SET
+from scrun_py.oci_conf_syntax import TRUE_WORDS as _TRUE_WORDS
+from scrun_py.oci_conf_syntax import read_text
 from scrun_py.patterns import tokens_in, unknown_tokens
 
 Mode = Literal["run", "create-start", "ignore-config-json"]
 
-_TRUE_WORDS = ("yes", "true", "1")
-_FALSE_WORDS = ("no", "false", "0")
 # OCI runtime-spec hook types (config.json "hooks" keys).
 _HOOK_TYPES = ("prestart", "createRuntime", "createContainer", "startContainer", "poststart",
                "poststop")
-_RUN_SET = ("RunTimeRun", "RunTimeKill", "RunTimeDelete")
-_CREATE_SET = ("RunTimeCreate", "RunTimeStart", "RunTimeQuery", "RunTimeKill", "RunTimeDelete")
 # CHANGELOG 23.02.0rc1; 22.05 slurmstepd fatals on these (checked on the test cluster).
 _ADDED_23_02 = ("DebugFlags", "DisableHooks", "EnvExclude", "FileDebug", "IgnoreFileConfigJson",
                 "MountSpoolDir", "RunTimeEnvExclude", "SrunArgs", "SrunPath", "StdIODebug",
                 "SyslogDebug")
 _TOKENS_ADDED = (("%p", (23, 2)), ("%U", (23, 2)), ("%Z", (26, 5)))
-
-# One Key=Value pair, as Slurm's s_p parser reads it: key, optional spaces around
-# "=", value either double-quoted (no escapes) or a run of non-space characters.
-_PAIR = re.compile(r'\s*([A-Za-z0-9_.]+)\s*=\s*(?:"([^"]*)"|([^\s"]+))(?=\s|$)')
 
 _RUNTIME_FIELDS = (("runtime_create", "RunTimeCreate"), ("runtime_delete", "RunTimeDelete"),
                    ("runtime_kill", "RunTimeKill"), ("runtime_query", "RunTimeQuery"),
@@ -285,15 +283,7 @@ def _summary(exc: ValidationError, source: str, where: dict[str, tuple[int, str]
 
 def load_oci_conf(path: Path) -> OciConf:
     """Read and parse ``path``; a missing or unreadable file is an ``OciConfError``."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise OciConfError(f"oci.conf: not found: {path}") from None
-    except UnicodeDecodeError:
-        raise OciConfError(f"{path}: not valid utf-8") from None
-    except OSError as exc:
-        raise OciConfError(f"oci.conf: cannot read {path}: {exc.strerror}") from None
-    return parse_oci_conf(text, source=str(path))
+    return parse_oci_conf(read_text(path), source=str(path))
 
 
 def find_oci_conf(slurm_conf: Path) -> Path:

@@ -3,17 +3,19 @@ running a short command.  Every caller in scrun-py goes through these."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import signal
-import subprocess
-import threading
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, TypeVar
 
-T = TypeVar("T")
+# `state` imports this module: nothing here imports typing, dataclasses or asyncio
+# until it is used (mypy reads this name as typing's)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import asyncio
+    from collections.abc import Callable, Mapping, Sequence
+    from typing import Any, TypeVar
+
+    T = TypeVar("T")
 
 #: status of a command killed after its timeout (coreutils timeout's convention)
 TIMEOUT_STATUS = 124
@@ -119,12 +121,29 @@ def in_user_namespace() -> bool:
 
 # -- running a short command ------------------------------------------------------------------
 
-@dataclass(frozen=True)
 class Result:
-    status: int  # exit code, 128+N for signal N, 124 on timeout, 127 if it cannot start
-    output: bytes  # stdout and stderr, interleaved
-    timed_out: bool = False
-    error: str = ""  # why it could not start (strerror), '' if it ran
+    """What a short command did."""
+
+    __slots__ = ("error", "output", "status", "timed_out")
+
+    def __init__(self, status: int, output: bytes, timed_out: bool = False,
+                 error: str = "") -> None:
+        self.status = status  # exit code, 128+N for signal N, 124 on timeout, 127: not run
+        self.output = output  # stdout and stderr, interleaved
+        self.timed_out = timed_out
+        self.error = error  # why it could not start (strerror), '' if it ran
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Result) and (
+            (self.status, self.output, self.timed_out, self.error)
+            == (other.status, other.output, other.timed_out, other.error))
+
+    def __hash__(self) -> int:
+        return hash((self.status, self.output, self.timed_out, self.error))
+
+    def __repr__(self) -> str:
+        return (f"Result(status={self.status!r}, output={self.output!r}, "
+                f"timed_out={self.timed_out!r}, error={self.error!r})")
 
     @property
     def text(self) -> str:
@@ -135,6 +154,8 @@ def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
         timeout_s: float | None = 30.0, stdin: bytes | None = None) -> Result:
     """Run `argv` in its own session (stdin /dev/null unless given); on timeout the
     whole process group is killed."""
+    import subprocess
+
     try:
         proc = subprocess.Popen(
             list(argv), stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
@@ -164,6 +185,9 @@ async def run_async(argv: Sequence[str], *, env: Mapping[str, str] | None = None
 async def in_daemon_thread(fn: Callable[[], T]) -> T:
     """Await `fn()` run in a daemon thread: a call that hangs (a Lua hook) cannot keep
     the process alive at exit, as asyncio.to_thread's pool threads would."""
+    import asyncio
+    import threading
+
     loop = asyncio.get_running_loop()
     fut: asyncio.Future[T] = loop.create_future()
 

@@ -1,11 +1,11 @@
-"""Entry point of the anchor process: `python -m scrun_py.anchor SPEC_JSON`.
+"""The anchor process: `run_anchor(spec)` in the child `create` forks, or
+`python -m scrun_py.anchor SPEC_JSON` (rootless podman: behind `unshare`).
 
 The only place besides cli.main that exits: with the container's exit code.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
 from pathlib import Path
@@ -74,6 +74,8 @@ def _prepare(spec: AnchorSpec) -> Lifecycle:
 
 
 async def _amain(spec: AnchorSpec) -> int:
+    import asyncio
+
     import structlog
 
     from scrun_py import spool
@@ -118,16 +120,42 @@ async def _amain(spec: AnchorSpec) -> int:
     return rc
 
 
-def main() -> None:
+def preload() -> None:
+    """Import what the anchor runs on (a forked anchor does this while create still
+    validates).  asyncio imports ssl (and OpenSSL, ~4 MB resident) only to offer TLS,
+    which the anchor never uses: one anchor runs per container, so it stays out."""
+    if "asyncio" not in sys.modules:
+        sys.modules.setdefault("ssl", None)  # type: ignore[arg-type]
+    import asyncio  # noqa: F401
+
+    import structlog  # noqa: F401
+
+    import scrun_py.anchor.container
+    import scrun_py.anchor.lifecycle
+    import scrun_py.anchor.server
+    import scrun_py.anchor.signals
+    import scrun_py.hooks.lua
+    import scrun_py.slurm.cli_backend
+    import scrun_py.slurm.options  # noqa: F401
+
+
+def run_anchor(spec: AnchorSpec) -> int:
+    """Run the container's anchor until it has stopped; its exit code."""
     from scrun_py import procs
 
-    spec = AnchorSpec.from_json(sys.argv[1])
+    preload()
+    import asyncio
+
     try:
         _configure_logging(spec, dict(os.environ))
     except OSError:
         pass
     procs.set_comm(f"scrun:{spec.container_id}")
-    rc = asyncio.run(_amain(spec))
+    return asyncio.run(_amain(spec))
+
+
+def main() -> None:
+    rc = run_anchor(AnchorSpec.from_json(sys.argv[1]))
     # the engine waits for this exit: skip the interpreter's teardown (every log write
     # is unbuffered; flush what print-style output there may be)
     sys.stdout.flush()

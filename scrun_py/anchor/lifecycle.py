@@ -185,11 +185,12 @@ class Lifecycle:
         box.open_console()
         alloc = await self.job.allocate()
         self._spawn(self._watch_job(alloc), self._watchers)
-        end, uid, gid = await self.job.info(alloc)
-        if end is not None:
-            delay = end - time.time() - TIME_LIMIT_MARGIN_S
-            box.event("time limit watch", stop_in_s=round(delay, 1))
-            self._spawn(self._time_limit(max(delay, 0.0)), self._watchers)
+        if procs.in_user_namespace():  # stage_in needs the job's real uid/gid first
+            end, uid, gid = await self.job.info(alloc)
+            self._watch_time_limit(end)
+        else:  # only the time limit needs the job's details: not worth waiting for
+            uid, gid = os.getuid(), os.getgid()
+            self._spawn(self._time_limit_from_info(alloc), self._watchers)
         await box.stage_in(alloc, uid, gid, lambda cmd: self.backend.command_argv(
             alloc.job_id, cmd))
         box.send_console()
@@ -201,6 +202,16 @@ class Lifecycle:
         reason = ("the job ended while the container was being created"
                   if self.phase is Phase.CREATING else "job ended before the container started")
         self.fire(Ev(Event.JOB_ENDED, reason=reason))
+
+    async def _time_limit_from_info(self, alloc: Allocation) -> None:
+        end, _, _ = await self.job.info(alloc)
+        self._watch_time_limit(end)
+
+    def _watch_time_limit(self, end: float | None) -> None:
+        if end is not None:
+            delay = end - time.time() - TIME_LIMIT_MARGIN_S
+            self.box.event("time limit watch", stop_in_s=round(delay, 1))
+            self._spawn(self._time_limit(max(delay, 0.0)), self._watchers)
 
     async def _time_limit(self, delay_s: float) -> None:
         await asyncio.sleep(delay_s)

@@ -1,8 +1,8 @@
 """What `create` hands to the anchor process (one JSON argument).
 
-`create` validates config.json and oci.conf (pydantic) and passes only the
-fields the anchor uses, so the anchor never imports pydantic: it starts faster
-and stays smaller (one anchor runs per container).
+`create` validates config.json and oci.conf (through pydantic only where a value
+needs it) and passes only the fields the anchor uses, so the anchor never imports
+pydantic: it starts faster and stays smaller (one anchor runs per container).
 """
 
 from __future__ import annotations

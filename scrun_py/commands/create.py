@@ -7,12 +7,11 @@ import contextlib
 import dataclasses
 import os
 import signal
-import subprocess
-import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scrun_py import audit, policy, procs, site_conf, spool, store
-from scrun_py.anchor import readiness
+from scrun_py.anchor import launch, readiness
+from scrun_py.anchor.launch import AnchorProcess, EarlyAnchor
 from scrun_py.anchor.spec import (
     AnchorSpec,
     BundleInfo,
@@ -29,9 +28,22 @@ if TYPE_CHECKING:
 
 
 def run(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | None,
-        console_socket: str | None) -> subprocess.Popen[bytes]:
-    """Create the container; return the anchor process handle (used by `run`)."""
+        console_socket: str | None, early: EarlyAnchor | None = None) -> AnchorProcess:
+    """Create the container; return the anchor process handle (used by `run`).
 
+    `early` is an anchor forked before this call (entry.py), waiting for its spec; it
+    is ended if create fails before handing it one.
+    """
+    try:
+        return _run(inv, container_id, bundle, pid_file, console_socket, early)
+    except BaseException:
+        if early is not None and not early.sent:
+            early.abandon()
+        raise
+
+
+def _run(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | None,
+         console_socket: str | None, early: EarlyAnchor | None) -> AnchorProcess:
     spool.validate_id(container_id)
     site = site_conf.load(inv.slurm_conf_path())
     settings = audit.load_settings(inv.slurm_conf_path(), site)
@@ -39,7 +51,7 @@ def run(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | 
     try:
         site_policy = policy.load_policy(site)  # a broken policy is audited as a failure
         anchor = _create(inv, container_id, bundle, pid_file, console_socket, settings,
-                         site_policy, applied)
+                         site_policy, applied, early)
     except ScrunError as exc:
         audit.record(settings, "create-failed", container_id=container_id,
                      engine=audit.detect_engine(), bundle=bundle, error=str(exc))
@@ -58,9 +70,8 @@ def run(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | 
 def _create(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | None,
             console_socket: str | None,
             settings: audit.AuditSettings, site_policy: policy.Policy,
-            applied: list[str]) -> subprocess.Popen[bytes]:
+            applied: list[str], early: EarlyAnchor | None) -> AnchorProcess:
     from scrun_py.oci.bundle import load_bundle
-    from scrun_py.oci_conf import find_oci_conf, load_oci_conf
 
     bundle_path = os.path.abspath(bundle) if bundle else os.getcwd()
     loaded = load_bundle(bundle_path)
@@ -71,22 +82,19 @@ def _create(inv: Invocation, container_id: str, bundle: str | None, pid_file: st
         raise ScrunError(f"pid file directory does not exist: {os.path.dirname(pid_path)}")
     if console_socket and not loaded.config.process.terminal:
         console_socket = None  # runc ignores it when no terminal is requested
-    oci_conf = load_oci_conf(find_oci_conf(inv.slurm_conf_path()))
+    runtime = RuntimeSettings(**_runtime_settings(inv))
     bundle_info = BundleInfo(
         path=loaded.path, rootfs=loaded.rootfs, imported_env=loaded.imported_env(),
         config=ConfigInfo(ociVersion=loaded.config.ociVersion,
                           process=ProcessInfo(args=list(loaded.config.process.args),
                                               terminal=loaded.config.process.terminal),
                           annotations=dict(loaded.config.annotations)))
-    runtime = RuntimeSettings(
-        runtime_kill=oci_conf.runtime_kill,
-        ignore_file_config_json=oci_conf.ignore_file_config_json,
-        srun_path=oci_conf.srun_path, srun_args=list(oci_conf.srun_args),
-        stdio_debug=oci_conf.stdio_debug, file_debug=oci_conf.file_debug,
-        syslog_debug=oci_conf.syslog_debug)
     spool.ensure_root(inv.root)
     cdir = spool.make_container_dir(inv.root, container_id)
-    read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+    if early is not None:
+        read_fd, write_fd = -1, early.ready_fd
+    else:
+        read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
     spec = AnchorSpec(
         container_id=container_id, root=str(inv.root),
         orig_bundle=os.path.abspath(bundle) if bundle else "", pid_file=pid_path,
@@ -97,27 +105,22 @@ def _create(inv: Invocation, container_id: str, bundle: str | None, pid_file: st
         ready_fd=write_fd, created=rfc3339_now(), bundle_info=bundle_info.to_dict(),
         runtime=dataclasses.asdict(runtime), audit_file=settings.file,
         audit_syslog=settings.syslog, engine=audit.detect_engine())
-    env = None
-    if inv.slurm_conf is not None:
-        # -f names the cluster for the Slurm commands the anchor runs too: engines
-        # (dockerd's shim, conmon) do not pass SLURM_CONF through to the runtime.
-        env = {**os.environ, "SLURM_CONF": str(inv.slurm_conf)}
-    # with a terminal the container's stdio is the pty: like runc's init, the anchor
-    # must not hold the caller's stdio open (containerd's shim reads create's
-    # stdout/stderr to EOF before it takes the pty master and calls start)
-    stdio = subprocess.DEVNULL if spec.console_socket else None
     try:
-        anchor = subprocess.Popen(
-            [*userns_prefix(), sys.executable, "-P", "-m", "scrun_py.anchor",
-             spec.to_json()],
-            pass_fds=(write_fd,), start_new_session=True, close_fds=True, env=env,
-            stdin=stdio, stdout=stdio, stderr=stdio)
+        if early is not None:
+            started = early.send(spec)
+            anchor, read_fd = started.process, started.ready_read
+        else:
+            anchor = launch.start_late(inv, spec, read_fd)
     except OSError as exc:
-        os.close(read_fd)
-        os.close(write_fd)
+        if early is None:
+            os.close(read_fd)
+            os.close(write_fd)
+        else:
+            early.abandon()
         spool.remove_tree(cdir)
         raise AnchorStartupFailed(f"cannot start the container anchor: {exc.strerror}") from exc
-    os.close(write_fd)
+    if early is None:
+        os.close(write_fd)
 
     def forward(signum: int, _frame: object) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -137,6 +140,26 @@ def _create(inv: Invocation, container_id: str, bundle: str | None, pid_file: st
         raise AnchorStartupFailed(f"container anchor exited during create (status {rc})")
     raise rebuild(str(result.get("kind", "ScrunError")),
                   str(result.get("message", "create failed")))
+
+
+def _runtime_settings(inv: Invocation) -> dict[str, Any]:
+    """The oci.conf settings the anchor uses: read without pydantic when the file is
+    plain (oci_conf_syntax), else through the full model, which words any problem."""
+    from scrun_py.oci_conf_syntax import plain_settings, read_text
+
+    path = inv.slurm_conf_path().parent / "oci.conf"
+    text = read_text(path)
+    plain = plain_settings(text)
+    if plain is not None:
+        return plain
+    from scrun_py.oci_conf import parse_oci_conf
+
+    conf = parse_oci_conf(text, source=str(path))
+    return {"runtime_kill": conf.runtime_kill,
+            "ignore_file_config_json": conf.ignore_file_config_json,
+            "srun_path": conf.srun_path, "srun_args": list(conf.srun_args),
+            "stdio_debug": conf.stdio_debug, "file_debug": conf.file_debug,
+            "syslog_debug": conf.syslog_debug}
 
 
 def _apply_policy(inv: Invocation, container_id: str, loaded: Bundle,
@@ -173,21 +196,3 @@ def policy_subject() -> policy.Subject:
         return policy.Subject(uid=uid, user=pw.pw_name, home=pw.pw_dir)
     except KeyError:
         return policy.Subject(uid=uid, user=str(uid), home="/nonexistent")
-
-
-def userns_prefix() -> list[str]:
-    """Run the anchor as the real user when we are root only inside a user namespace.
-
-    Rootless podman runs the runtime as uid 0 of its user namespace.  munge then
-    vouches for the real uid, but salloc/srun put getuid()/getgid() (0) in their
-    requests and slurmctld rejects them ("Invalid user id").  In a nested user
-    namespace that maps the real uid/gid to namespace 0, the anchor and every Slurm
-    command it runs see the real ids.  The pid stays the same (unshare execs).
-    """
-    if os.getuid() != 0:
-        return []
-    uid = procs.ns_root_host_id("uid")
-    gid = procs.ns_root_host_id("gid")
-    if uid == 0:
-        return []
-    return ["unshare", "--user", f"--map-user={uid}", f"--map-group={gid}", "--"]

@@ -1,7 +1,10 @@
 """Load and validate an OCI bundle's config.json (the fields scrun-py reads).
 
-The model types only what we use; unknown fields are kept (extra="allow").
-Constructing a model does no I/O; `load_bundle` reads the file.
+The model types only what we use; unknown fields are kept in `Bundle.raw`.
+A config.json whose fields already have exactly the model's types (what engines
+write) is read without pydantic (`_plain_config`); anything else goes through the
+pydantic model, which coerces or rejects it and words the error.  Constructing a
+model does no I/O; `load_bundle` reads the file.
 """
 
 from __future__ import annotations
@@ -10,42 +13,100 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from typing import TYPE_CHECKING, Any
 
 from scrun_py.errors import BundleError
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 ENV_IMPORT_PREFIXES = ("SCRUN_", "SLURM_")
 
 
-class _Root(BaseModel):
-    model_config = ConfigDict(extra="allow")
+@dataclass(frozen=True)
+class RootConfig:
     path: str
     readonly: bool = False
 
 
-class _Process(BaseModel):
-    model_config = ConfigDict(extra="allow")
+@dataclass(frozen=True)
+class ProcessConfig:
     args: list[str]
-    env: list[str] = []
+    env: list[str]
     terminal: bool = False
     cwd: str = "/"
 
-    @field_validator("args")
-    @classmethod
-    def _args_not_empty(cls, v: list[str]) -> list[str]:
-        if not v:
-            raise ValueError("must not be empty")
-        return v
 
+@dataclass(frozen=True)
+class OciConfig:
+    """The validated fields of config.json that scrun-py reads."""
 
-class OciConfig(BaseModel):
-    model_config = ConfigDict(extra="allow")
     ociVersion: str  # noqa: N815 - the JSON key
-    root: _Root
-    process: _Process
-    annotations: dict[str, str] = {}
+    root: RootConfig
+    process: ProcessConfig
+    annotations: dict[str, str]
+
+
+def _is_str_list(value: object) -> bool:
+    return isinstance(value, list) and all(type(v) is str for v in value)
+
+
+def _plain_config(raw: dict[str, Any]) -> OciConfig | None:
+    """The config when every field we read has exactly its type (nothing to coerce,
+    nothing to report); None sends the config through the pydantic model."""
+    root, process = raw.get("root"), raw.get("process")
+    annotations = raw.get("annotations", {})
+    if not (type(raw.get("ociVersion")) is str and type(root) is dict
+            and type(process) is dict and type(annotations) is dict):
+        return None
+    path, readonly = root.get("path"), root.get("readonly", False)
+    args, env = process.get("args"), process.get("env", [])
+    terminal, cwd = process.get("terminal", False), process.get("cwd", "/")
+    if not (type(path) is str and type(readonly) is bool and _is_str_list(args) and args
+            and _is_str_list(env) and type(terminal) is bool and type(cwd) is str
+            and all(type(k) is str and type(v) is str for k, v in annotations.items())):
+        return None
+    return OciConfig(ociVersion=raw["ociVersion"], root=RootConfig(path, readonly),
+                     process=ProcessConfig(list(args), list(env), terminal, cwd),
+                     annotations=dict(annotations))
+
+
+def _model_config(raw: dict[str, Any]) -> OciConfig:
+    """Validate through pydantic (coercion and error wording); raises ValidationError."""
+    from pydantic import BaseModel, ConfigDict, field_validator
+
+    class _Root(BaseModel):
+        model_config = ConfigDict(extra="allow")
+        path: str
+        readonly: bool = False
+
+    class _Process(BaseModel):
+        model_config = ConfigDict(extra="allow")
+        args: list[str]
+        env: list[str] = []
+        terminal: bool = False
+        cwd: str = "/"
+
+        @field_validator("args")
+        @classmethod
+        def _args_not_empty(cls, v: list[str]) -> list[str]:
+            if not v:
+                raise ValueError("must not be empty")
+            return v
+
+    class _Config(BaseModel):
+        model_config = ConfigDict(extra="allow")
+        ociVersion: str  # noqa: N815 - the JSON key
+        root: _Root
+        process: _Process
+        annotations: dict[str, str] = {}
+
+    cfg = _Config.model_validate(raw)
+    return OciConfig(ociVersion=cfg.ociVersion,
+                     root=RootConfig(cfg.root.path, cfg.root.readonly),
+                     process=ProcessConfig(list(cfg.process.args), list(cfg.process.env),
+                                           cfg.process.terminal, cfg.process.cwd),
+                     annotations=dict(cfg.annotations))
 
 
 @dataclass(frozen=True)
@@ -102,10 +163,14 @@ def load_bundle(path: str | Path) -> Bundle:
         raise BundleError(f"bundle {bundle}: cannot read config.json: {exc.strerror}") from exc
     if not isinstance(raw, dict):
         raise BundleError(f"bundle {bundle}: config.json must be a JSON object")
-    try:
-        config = OciConfig.model_validate(raw)
-    except ValidationError as exc:
-        raise BundleError(f"bundle {bundle}: config.json: {_first_error(exc)}") from exc
+    config = _plain_config(raw)
+    if config is None:
+        from pydantic import ValidationError
+
+        try:
+            config = _model_config(raw)
+        except ValidationError as exc:
+            raise BundleError(f"bundle {bundle}: config.json: {_first_error(exc)}") from exc
     rootfs = Path(os.path.normpath(bundle / config.root.path))
     if not rootfs.is_dir():
         raise BundleError(f"bundle {bundle}: rootfs {rootfs} is not a directory")

@@ -13,7 +13,6 @@ import contextlib
 import fcntl
 import os
 import signal
-import tempfile
 import termios
 from collections.abc import Callable, Sequence
 from typing import IO
@@ -65,6 +64,19 @@ class _StderrFile:
         return job_id
 
 
+def _unlinked_file() -> IO[bytes]:
+    """An anonymous file (O_TMPFILE) in $TMPDIR or /tmp, as tempfile.TemporaryFile makes
+    it, without importing tempfile (and shutil, random) into every anchor."""
+    try:
+        fd = os.open(os.environ.get("TMPDIR") or "/tmp",
+                     os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o600)
+    except OSError:  # no O_TMPFILE there, or not writable: tempfile finds a place
+        import tempfile
+
+        return tempfile.TemporaryFile(prefix="scrun-py-salloc-")
+    return open(fd, "w+b")  # kept open for the allocation's lifetime
+
+
 def _salloc_cwd(opts: Sequence[str]) -> str | None:
     """Where salloc starts: the job's WorkDir is salloc's working directory (its --chdir
     moves only salloc's own command), so SCRUN_WORKING_DIR starts salloc there.
@@ -104,7 +116,7 @@ class CliSlurm:
         # salloc's stderr goes to an unlinked file, not a pipe: if the anchor dies, a
         # salloc writing to a broken pipe spins at 100% CPU forever (seen on 22.05).
         # Kept open for the allocation's lifetime (polled), closed by release.
-        err_file = tempfile.TemporaryFile(prefix="scrun-py-salloc-")  # noqa: SIM115
+        err_file = _unlinked_file()
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,

@@ -450,10 +450,13 @@ def active_jobs(env: Env, wait: float = 15) -> list[str]:
 
 
 def anchor_processes(env: Env) -> list[int]:
-    """Live anchors started for this test's --root (their spec names it)."""
+    """Live anchors started for this test's --root: `python -m scrun_py.anchor SPEC`
+    (the spec names the root), or forked from create (create's command line)."""
     needle = f'"root": "{env.root}"'.encode()
+    forked = f"\0--root\0{env.root}\0".encode()
     return [pid for pid, _ in _live_processes(
-        "cmdline", lambda c: b"scrun_py.anchor" in c and needle in c)]
+        "cmdline", lambda c: (b"scrun_py.anchor" in c and needle in c)
+        or (forked in c and b"\0create\0" in c))]
 
 
 def traces(env: Env, cid: str = "") -> list[str]:

@@ -164,9 +164,11 @@ def _our_jobs(eng: Engine) -> set[str]:
 
 
 def _anchors(eng: Engine) -> list[str]:
-    out = subprocess.run(["pgrep", "-af", "scrun_py.anchor"], capture_output=True, text=True,
-                         timeout=30).stdout
-    return [line for line in out.splitlines() if f'"root": "{eng.root}"' in line]
+    """`python -m scrun_py.anchor SPEC` (rootless podman), or forked from create."""
+    out = subprocess.run(["pgrep", "-af", "scrun_py.anchor| create "], capture_output=True,
+                         text=True, timeout=30).stdout
+    return [line for line in out.splitlines() if f'"root": "{eng.root}"' in line
+            or (f" --root {eng.root} " in line and " create " in line)]
 
 
 def leftovers(eng: Engine, jobs_before: set[str], wait_s: float = 30) -> list[str]:

@@ -35,6 +35,18 @@ class TestFastCallParsing:
         (["-f", "/c", "delete", "--force", "c1"],
          {"-f": "/c", "verb": "delete", "id": "c1", "force": "1"}),
         (["delete", "-f", "c1"], {"verb": "delete", "id": "c1", "force": "1"}),
+        # docker (containerd's shim) and podman (conmon) create
+        (["--root", "/r", "--log", "/l", "--log-format", "json", "create", "--bundle", "/b",
+          "--pid-file", "/b/init.pid", "c1"],
+         {"--root": "/r", "--log": "/l", "--log-format": "json", "bundle": "/b",
+          "pid_file": "/b/init.pid", "verb": "create", "id": "c1", "force": ""}),
+        (["--systemd-cgroup", "create", "--bundle", "/b", "--pid-file=/p", "--no-pivot",
+          "--no-new-keyring", "--console-socket", "/s", "c1"],
+         {"bundle": "/b", "pid_file": "/p", "console_socket": "/s", "verb": "create",
+          "id": "c1", "force": "", "ignored": "--systemd-cgroup",
+          "ignored_create": "--no-pivot --no-new-keyring"}),
+        (["create", "-b", "b", "c1"], {"bundle": "b", "verb": "create", "id": "c1",
+                                       "force": ""}),
     ])
     def test_engine_shapes_take_the_fast_path(self, argv: list[str],
                                               expected: dict[str, str]) -> None:
@@ -46,7 +58,10 @@ class TestFastCallParsing:
         ["--root"], ["--root", "/r", "--root", "/s", "state", "c"], ["kill", "c1"],
         ["--log-format", "xml", "state", "c1"], ["-f", "x", "-f", "y", "state", "c1"],
         ["start", "--force", "c1"], ["delete", "--force"], ["delete", "-a", "c1"],
-        ["-v", "start", "c1"], ["create", "--bundle", "b", "c1"], ["--rootless", "start", "c"],
+        ["-v", "start", "c1"], ["create", "--bundle", "b", "-b", "c", "c1"],
+        ["--rootless", "start", "c"], ["create", "--preserve-fds", "3", "c1"],
+        ["create", "--bundle", "b"], ["create", "c1", "--bundle", "b"],
+        ["create", "--pidfd-socket", "/s", "c1"], ["create", "--bundle"],
     ])
     def test_anything_else_goes_to_click(self, argv: list[str]) -> None:
         """Every other argv shape is left to the click CLI."""

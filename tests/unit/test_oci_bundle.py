@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from scrun_py.errors import BundleError, ConfigError
+from scrun_py.oci import bundle as bundle_mod
 from scrun_py.oci.bundle import load_bundle
 
 
@@ -68,9 +69,36 @@ class TestValidBundle:
         assert bundle == load_bundle("bundle").path
 
     def test_unknown_fields_are_kept(self, bundle: Path) -> None:
-        """Fields scrun-py does not type survive in the model (extra="allow")."""
-        dumped = load_bundle(bundle).config.model_dump()
-        assert ("box", [{"type": "pid"}]) == (dumped["hostname"], dumped["linux"]["namespaces"])
+        """Fields scrun-py does not type survive in the raw config (policy rewrites it)."""
+        raw = load_bundle(bundle).raw
+        assert ("box", [{"type": "pid"}]) == (raw["hostname"], raw["linux"]["namespaces"])
+
+    @pytest.mark.parametrize("config", [
+        {"ociVersion": "1.0.2", "root": {"path": "rootfs", "readonly": True},
+         "process": {"args": ["sh", "-c", "x"], "env": ["A=1"], "terminal": True,
+                     "cwd": "/w"}, "annotations": {"k": "v"}},
+        {"ociVersion": "1.0.2", "root": {"path": "rootfs"}, "process": {"args": ["true"]}},
+    ])
+    def test_plain_path_matches_the_model(self, config: dict[str, Any]) -> None:
+        """A config.json with exact types reads the same without pydantic as with it."""
+        plain = bundle_mod._plain_config(config)
+        assert plain is not None
+        assert bundle_mod._model_config(config) == plain
+
+    @pytest.mark.parametrize(("field", "value", "expected"), [
+        ("terminal", "true", True), ("terminal", 1, True), ("readonly", "no", False),
+    ])
+    def test_coercible_values_go_through_the_model(self, bundle: Path, field: str,
+                                                   value: Any, expected: bool) -> None:
+        """Values pydantic coerces (a string "true") are not taken as-is: the model reads them."""
+        config: dict[str, Any] = {"ociVersion": "1.0.2", "root": {"path": "rootfs"},
+                                  "process": {"args": ["true"]}}
+        (config["process"] if field == "terminal" else config["root"])[field] = value
+        assert bundle_mod._plain_config(config) is None
+        _write(bundle, config)
+        loaded = load_bundle(bundle).config
+        got = loaded.process.terminal if field == "terminal" else loaded.root.readonly
+        assert expected is got
 
     def test_defaults(self, bundle: Path) -> None:
         """env, annotations, terminal and cwd are optional."""

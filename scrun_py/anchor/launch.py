@@ -1,0 +1,202 @@
+"""Starting the anchor process: forked from `create`, or a new interpreter behind
+`unshare` when `create` is root inside a user namespace (rootless podman).
+
+The fork happens early (`EarlyAnchor.fork`, before create reads the bundle): the child
+imports what the anchor needs while the parent validates, on the other CPU, then waits
+for its spec on a pipe.  If create fails first, the child is killed before it did
+anything.  The readiness pipe (anchor/readiness.py) exists from the fork on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+
+from scrun_py import procs
+
+# entry.py forks before create's imports: this module imports no more than it must
+# (mypy reads this name as typing's)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import NoReturn
+
+    from scrun_py.anchor.spec import AnchorSpec
+    from scrun_py.settings import Invocation
+
+
+class AnchorProcess:
+    """The anchor, a child of this process."""
+
+    def __init__(self, pid: int, popen: subprocess.Popen[bytes] | None = None) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self._popen = popen
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            if self._popen is not None:
+                self.returncode = self._popen.wait()
+            else:
+                _, status = os.waitpid(self.pid, 0)
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, signum)
+
+
+class Started:
+    """An anchor that has its spec: the process and the read end of its readiness pipe."""
+
+    def __init__(self, process: AnchorProcess, ready_read: int) -> None:
+        self.process = process
+        self.ready_read = ready_read
+
+
+class EarlyAnchor:
+    """A forked anchor that is still waiting for its spec."""
+
+    def __init__(self, pid: int, spec_write: int, ready_read: int, ready_fd: int) -> None:
+        self.pid = pid
+        self.ready_fd = ready_fd  # the readiness pipe's write end, as the child numbers it
+        self.sent = False
+        self._spec_write = spec_write
+        self._ready_read = ready_read
+
+    @classmethod
+    def fork(cls, slurm_conf: str | None) -> EarlyAnchor | None:
+        """Fork the anchor now (`slurm_conf`: create's -f, if given); None when it must
+        be a new interpreter (userns_prefix)."""
+        if userns_prefix():
+            return None
+        spec_read, spec_write = os.pipe2(os.O_CLOEXEC)
+        ready_read, ready_write = os.pipe2(os.O_CLOEXEC)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            os.close(spec_write)
+            os.close(ready_read)
+            _child(spec_read, ready_write, slurm_conf)
+        os.close(spec_read)
+        os.close(ready_write)
+        return cls(pid, spec_write, ready_read, ready_write)
+
+    def send(self, spec: AnchorSpec) -> Started:
+        """Hand the spec over (OSError if the child is gone)."""
+        data = spec.to_json().encode()
+        self.sent = True
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._spec_write, view):]
+        finally:
+            os.close(self._spec_write)
+            self._spec_write = -1
+        return Started(AnchorProcess(self.pid), self._ready_read)
+
+    def abandon(self) -> None:
+        """create failed before the spec was sent: end the child, which did nothing."""
+        for fd in (self._spec_write, self._ready_read):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._spec_write = self._ready_read = -1
+        with contextlib.suppress(OSError):
+            os.kill(self.pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.pid, 0)
+
+
+def _child(spec_read: int, ready_write: int, slurm_conf: str | None) -> NoReturn:
+    """The anchor: imports, waits for its spec, runs; never returns into create."""
+    rc = 1
+    try:
+        os.setsid()
+        keep = sorted((spec_read, ready_write))
+        os.closerange(3, keep[0])
+        os.closerange(keep[0] + 1, keep[1])
+        os.closerange(keep[1] + 1, 1 << 20)
+        if slurm_conf is not None:
+            # -f names the cluster for the Slurm commands the anchor runs too: engines
+            # (dockerd's shim, conmon) do not pass SLURM_CONF through to the runtime.
+            os.environ["SLURM_CONF"] = os.path.abspath(slurm_conf)
+        from scrun_py.anchor.__main__ import preload, run_anchor
+
+        preload()
+        chunks = []
+        while chunk := os.read(spec_read, 65536):
+            chunks.append(chunk)
+        os.close(spec_read)
+        # no spec: create failed (or died) before it had a container to give us
+        rc = _run_spec(b"".join(chunks), run_anchor) if chunks else 0
+    finally:
+        with contextlib.suppress(BaseException):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(rc)
+
+
+def _run_spec(data: bytes, run_anchor: Callable[[AnchorSpec], int]) -> int:
+    from scrun_py.anchor.spec import AnchorSpec
+
+    spec = AnchorSpec.from_json(data.decode())
+    if spec.console_socket:
+        # with a terminal the container's stdio is the pty: like runc's init, the
+        # anchor must not hold the caller's stdio open (containerd's shim reads
+        # create's stdout/stderr to EOF before it takes the pty master)
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        os.close(null)
+    return run_anchor(spec)
+
+
+def start_late(inv: Invocation, spec: AnchorSpec, ready_read: int) -> AnchorProcess:
+    """Start the anchor for a spec that is ready (the click path): a fork, or a new
+    interpreter behind `unshare` (userns_prefix).  spec.ready_fd is inherited."""
+    env = None
+    if inv.slurm_conf is not None:
+        env = {**os.environ, "SLURM_CONF": str(inv.slurm_conf)}
+    prefix = userns_prefix()
+    if prefix:
+        stdio = subprocess.DEVNULL if spec.console_socket else None
+        popen = subprocess.Popen(
+            [*prefix, sys.executable, "-P", "-m", "scrun_py.anchor", spec.to_json()],
+            pass_fds=(spec.ready_fd,), start_new_session=True, close_fds=True, env=env,
+            stdin=stdio, stdout=stdio, stderr=stdio)
+        return AnchorProcess(popen.pid, popen)
+    spec_read, spec_write = os.pipe2(os.O_CLOEXEC)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        os.close(spec_write)
+        os.close(ready_read)
+        _child(spec_read, spec.ready_fd,
+               str(inv.slurm_conf) if inv.slurm_conf is not None else None)
+    os.close(spec_read)
+    return EarlyAnchor(pid, spec_write, ready_read, spec.ready_fd).send(spec).process
+
+
+def userns_prefix() -> list[str]:
+    """Run the anchor as the real user when we are root only inside a user namespace.
+
+    Rootless podman runs the runtime as uid 0 of its user namespace.  munge then
+    vouches for the real uid, but salloc/srun put getuid()/getgid() (0) in their
+    requests and slurmctld rejects them ("Invalid user id").  In a nested user
+    namespace that maps the real uid/gid to namespace 0, the anchor and every Slurm
+    command it runs see the real ids.  The pid stays the same (unshare execs).
+    """
+    if os.getuid() != 0:
+        return []
+    uid = procs.ns_root_host_id("uid")
+    gid = procs.ns_root_host_id("gid")
+    if uid == 0:
+        return []
+    return ["unshare", "--user", f"--map-user={uid}", f"--map-group={gid}", "--"]
