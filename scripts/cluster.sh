@@ -373,6 +373,21 @@ node_pids() {  # NODE: every process of that node: its UTS namespace and their d
     echo $members
 }
 
+sweep_runtime_state() {
+    # crun's state of containers that no longer run (a killed test run leaves some): the
+    # state dir of the clusters' oci.conf is /tmp/ocistate-%u, containers are named after
+    # their job id, and a job id that comes again (a cluster whose state dir was made
+    # anew) would meet "container already exists" and fail at once
+    local d name st
+    for d in /tmp/ocistate-*/*/; do
+        [ -d "$d" ] || continue
+        name=$(basename "$d")
+        st=$(crun --root="$(dirname "$d")" state "$name" 2>/dev/null |
+             sed -n 's/.*"status": *"\([a-z]*\)".*/\1/p')
+        case "$st" in running|created|paused) ;; *) rm -rf -- "$d" ;; esac
+    done
+}
+
 crash() {  # NODE
     local node=$1 pids
     [ "$NODES" -gt 1 ] || { echo "cluster.sh: crash needs --nodes N (N > 1)" >&2; exit 2; }
@@ -460,6 +475,7 @@ case "$CMD" in
         fix_host
         write_conf
         start_daemons
+        sweep_runtime_state
         make_user
         make_venv
         [ "$WITH_ENGINES" = 1 ] && "$REPO/scripts/engines.sh" up
