@@ -115,18 +115,29 @@ def answer(argv: list[str], environ: Mapping[str, str]) -> str | None:
     return json.dumps(doc, separators=(",", ":"))
 
 
+def _unaudited(argv: list[str], environ: Mapping[str, str],
+               verb: str) -> tuple[dict[str, str], str, bool] | None:
+    """`_parse` of a plain call of `verb`, or None, also where a site file sits next to
+    slurm.conf: the site may keep an audit trail of starts and deletes."""
+    parsed = _parse(argv, verb) if _plain_env(environ) else None
+    if parsed is None:
+        return None
+    opts = parsed[0]
+    conf = (os.path.abspath(opts["-f"]) if "-f" in opts
+            else environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf")
+    if os.path.lexists(os.path.join(os.path.dirname(conf), "scrun-py.toml")):
+        return None
+    return parsed
+
+
 def delete(argv: list[str], environ: Mapping[str, str]) -> bool:
     """`delete` of a container whose anchor has stopped and left only its record (what
     the engines delete), or `delete --force` of one that is gone: done, True.  False
     when the full path must do it (nothing was touched then)."""
-    parsed = _parse(argv, "delete") if _plain_env(environ) else None
+    parsed = _unaudited(argv, environ, "delete")
     if parsed is None:
         return False
     opts, cid, force = parsed
-    conf = (os.path.abspath(opts["-f"]) if "-f" in opts
-            else environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf")
-    if os.path.lexists(os.path.join(os.path.dirname(conf), "scrun-py.toml")):
-        return False  # the site may keep an audit trail of deletes
     cdir = os.path.join(os.path.abspath(opts["--root"]), cid)
     try:
         names = os.listdir(cdir)
@@ -151,14 +162,10 @@ def start(argv: list[str], environ: Mapping[str, str]) -> bool:
     """`start` of a created container whose anchor runs: True once the anchor launched
     the step.  False when the full path must do it (nothing was sent then).  After the
     request went out, a failure raises the error the full path raises (commands/start)."""
-    parsed = _parse(argv, "start") if _plain_env(environ) else None
+    parsed = _unaudited(argv, environ, "start")
     if parsed is None:
         return False
     opts, cid, _ = parsed
-    conf = (os.path.abspath(opts["-f"]) if "-f" in opts
-            else environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf")
-    if os.path.lexists(os.path.join(os.path.dirname(conf), "scrun-py.toml")):
-        return False  # the site may keep an audit trail of starts
     cdir = os.path.join(os.path.abspath(opts["--root"]), cid)
     rec = _record(os.path.join(cdir, STATE_FILE))
     if rec is None or rec["status"] != "created" or rec["anchor_pid"] <= 0:

@@ -74,16 +74,8 @@ class EarlyAnchor:
         be a new interpreter (userns_prefix)."""
         if userns_prefix():
             return None
-        spec_read, spec_write = os.pipe2(os.O_CLOEXEC)
         ready_read, ready_write = os.pipe2(os.O_CLOEXEC)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            os.close(spec_write)
-            os.close(ready_read)
-            _child(spec_read, ready_write, slurm_conf)
-        os.close(spec_read)
+        pid, spec_write = _fork(ready_read, ready_write, slurm_conf)
         os.close(ready_write)
         return cls(pid, spec_write, ready_read, ready_write)
 
@@ -111,6 +103,21 @@ class EarlyAnchor:
             os.kill(self.pid, signal.SIGKILL)
         with contextlib.suppress(ChildProcessError):
             os.waitpid(self.pid, 0)
+
+
+def _fork(ready_read: int, ready_write: int, slurm_conf: str | None) -> tuple[int, int]:
+    """Fork the anchor, which waits for its spec on a new pipe and reports on
+    `ready_write`; returns its pid and the pipe's write end."""
+    spec_read, spec_write = os.pipe2(os.O_CLOEXEC)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        os.close(spec_write)
+        os.close(ready_read)
+        _child(spec_read, ready_write, slurm_conf)
+    os.close(spec_read)
+    return pid, spec_write
 
 
 def _child(spec_read: int, ready_write: int, slurm_conf: str | None) -> NoReturn:
@@ -171,16 +178,8 @@ def start_late(inv: Invocation, spec: AnchorSpec, ready_read: int) -> AnchorProc
             pass_fds=(spec.ready_fd,), start_new_session=True, close_fds=True, env=env,
             stdin=stdio, stdout=stdio, stderr=stdio)
         return AnchorProcess(popen.pid, popen)
-    spec_read, spec_write = os.pipe2(os.O_CLOEXEC)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:
-        os.close(spec_write)
-        os.close(ready_read)
-        _child(spec_read, spec.ready_fd,
-               str(inv.slurm_conf) if inv.slurm_conf is not None else None)
-    os.close(spec_read)
+    pid, spec_write = _fork(ready_read, spec.ready_fd,
+                            str(inv.slurm_conf) if inv.slurm_conf is not None else None)
     return EarlyAnchor(pid, spec_write, ready_read, spec.ready_fd).send(spec).process
 
 
