@@ -7,15 +7,11 @@ import contextlib
 import os
 import signal
 
-# `state` imports this module: nothing here imports typing, dataclasses or asyncio
-# until it is used (mypy reads this name as typing's)
+# `state` imports this module: nothing here imports typing or dataclasses until it is
+# used (mypy reads this name as typing's)
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    import asyncio
-    from collections.abc import Callable, Mapping, Sequence
-    from typing import Any, TypeVar
-
-    T = TypeVar("T")
+    from collections.abc import Mapping, Sequence
 
 #: status of a command killed after its timeout (coreutils timeout's convention)
 TIMEOUT_STATUS = 124
@@ -24,7 +20,7 @@ NOT_STARTED_STATUS = 127
 
 
 def exit_code(returncode: int) -> int:
-    """subprocess/asyncio returncode (negative N for death by signal N) → shell-style
+    """subprocess returncode (negative N for death by signal N) → shell-style
     0..255: 128+N for a signal."""
     return 128 - returncode if returncode < 0 else returncode & 0xFF
 
@@ -172,42 +168,3 @@ def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
         out, _ = proc.communicate()
         return Result(TIMEOUT_STATUS, out, timed_out=True)
     return Result(exit_code(proc.returncode), out)
-
-
-async def run_async(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
-                    timeout_s: float | None = 30.0) -> Result:
-    """`run` for an event loop, in a daemon thread: cancelling the caller abandons the
-    wait, never the command (Python 3.11's asyncio subprocesses can hang forever when
-    cancelled while being created), and the command is bounded by its timeout."""
-    return await in_daemon_thread(lambda: run(argv, env=env, timeout_s=timeout_s))
-
-
-async def in_daemon_thread(fn: Callable[[], T]) -> T:
-    """Await `fn()` run in a daemon thread: a call that hangs (a Lua hook) cannot keep
-    the process alive at exit, as asyncio.to_thread's pool threads would."""
-    import asyncio
-    import threading
-
-    loop = asyncio.get_running_loop()
-    fut: asyncio.Future[T] = loop.create_future()
-
-    def settle(result: Any, exc: BaseException | None) -> None:
-        if fut.done():
-            return
-        if exc is not None:
-            fut.set_exception(exc)
-        else:
-            fut.set_result(result)
-
-    def work() -> None:
-        try:
-            result = fn()
-        except BaseException as exc:  # handed to the awaiting task
-            with contextlib.suppress(RuntimeError):  # the loop has closed
-                loop.call_soon_threadsafe(settle, None, exc)
-        else:
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(settle, result, None)
-
-    threading.Thread(target=work, name="scrun-worker", daemon=True).start()
-    return await fut

@@ -16,28 +16,32 @@ from scrun_py.anchor.spec import AnchorSpec
 
 if TYPE_CHECKING:
     from scrun_py.anchor.lifecycle import Lifecycle
+    from scrun_py.logs import Logger
 
 
-def _configure_logging(spec: AnchorSpec, environ: dict[str, str]) -> None:
+def _logger(spec: AnchorSpec, environ: dict[str, str],
+            overrides: dict[str, str | None] | None = None) -> Logger:
+    """The anchor's logger; ConfigError for a bad level word."""
     from scrun_py import logs
 
     levels = logs.env_levels(environ, debug=spec.debug, verbosity=spec.verbosity,
-                             log_level=spec.log_level)
-    logs.configure_structlog(logs.Sinks(
+                             log_level=spec.log_level, overrides=overrides)
+    sinks = logs.Sinks(
         stderr_level=levels["stderr"], file_level=levels["file"], syslog_level=levels["syslog"],
-        log_path=Path(spec.log_path) if spec.log_path else None, log_format=spec.log_format))
+        log_path=Path(spec.log_path) if spec.log_path else None, log_format=spec.log_format)
+    return logs.Logger(sinks, {"component": "anchor", "container_id": spec.container_id})
 
 
-def _prepare(spec: AnchorSpec) -> Lifecycle:
-    """Everything that can fail before anything exists in Slurm (raises ScrunError)."""
-    from scrun_py import logs
+def _prepare(spec: AnchorSpec, log: Logger) -> Lifecycle:
+    """Everything that can fail before anything exists in Slurm (raises ScrunError).
+    Moves `log` to the levels oci.conf and the bundle's environment ask for."""
     from scrun_py.anchor.container import Container
     from scrun_py.anchor.lifecycle import Lifecycle
     from scrun_py.anchor.spec import BundleInfo, RuntimeSettings
     from scrun_py.errors import ScrunError
     from scrun_py.hooks.lua import load_hooks
     from scrun_py.slurm.cli_backend import CliSlurm
-    from scrun_py.slurm.options import ANNOTATION_OPTIONS, job_options
+    from scrun_py.slurm.options import ANNOTATION_OPTIONS, ignored_warning, job_options
 
     environ = dict(os.environ)
     bundle = BundleInfo.from_dict(spec.bundle_info)
@@ -47,15 +51,10 @@ def _prepare(spec: AnchorSpec) -> Lifecycle:
             environ[var] = bundle.config.annotations[key]
     slurm_conf = Path(spec.slurm_conf)
     oci_conf = RuntimeSettings(**spec.runtime)
-    levels = logs.env_levels(environ, debug=spec.debug, verbosity=spec.verbosity,
-                             log_level=spec.log_level,
-                             overrides={"stderr": oci_conf.stdio_debug,
-                                        "file": oci_conf.file_debug,
-                                        "syslog": oci_conf.syslog_debug})
-    logs.configure_structlog(logs.Sinks(
-        stderr_level=levels["stderr"], file_level=levels["file"], syslog_level=levels["syslog"],
-        log_path=Path(spec.log_path) if spec.log_path else None, log_format=spec.log_format))
-    hooks = load_hooks(slurm_conf)
+    log.sinks.update(_logger(spec, environ, {"stderr": oci_conf.stdio_debug,
+                                             "file": oci_conf.file_debug,
+                                             "syslog": oci_conf.syslog_debug}).sinks)
+    hooks = load_hooks(slurm_conf, log=log)
     timeout = environ.get("SCRUN_PY_ALLOC_TIMEOUT", "")
     try:
         alloc_timeout = float(timeout) if timeout else None
@@ -69,67 +68,57 @@ def _prepare(spec: AnchorSpec) -> Lifecycle:
         srun_path=oci_conf.srun_path, srun_args=oci_conf.srun_args,
         # IgnoreFileConfigJson: the runtime does not know the container by our bundle
         runtime_kill=None if oci_conf.ignore_file_config_json else oci_conf.runtime_kill)
-    return Lifecycle(Container(spec, bundle, hooks, environ), backend, job_options(environ),
+    job_opts = job_options(environ)
+    for name in job_opts.ignored:
+        log.warning(ignored_warning(name), variable=name)
+    return Lifecycle(Container(spec, bundle, hooks, environ, log), backend, job_opts,
                      alloc_timeout)
 
 
-async def _amain(spec: AnchorSpec) -> int:
-    import asyncio
-
-    import structlog
-
+def _run(spec: AnchorSpec, log: Logger) -> int:
     from scrun_py import spool
     from scrun_py.anchor import signals
     from scrun_py.anchor.server import ControlServer
     from scrun_py.errors import ScrunError, error_kind
 
-    log = structlog.get_logger()
-    structlog.contextvars.bind_contextvars(component="anchor", container_id=spec.container_id)
     cdir = spool.container_dir(Path(spec.root), spec.container_id)
     try:
-        lc = _prepare(spec)
+        lc = _prepare(spec, log)
     except ScrunError as exc:
         log.info("create failed", error=str(exc))
         spool.remove_tree(cdir)
         readiness.write_failed(spec.ready_fd, error_kind(exc), str(exc))
         return 1
-    signals.install(asyncio.get_running_loop(), lc)
+    signals.install(lc)
     failure: BaseException | None = None
     server: ControlServer | None = None
     try:
-        server = ControlServer(lc, spool.bind(cdir))
-        await server.start()
+        server = ControlServer(lc, spool.bind(cdir), log)
+        server.start()
     except OSError as exc:
         failure = ScrunError(f"cannot listen on the control socket: {exc.strerror}")
         spool.remove_tree(cdir)
     if failure is None:
-        failure = await lc.create()
+        failure = lc.create()
     if failure is not None:
         msg = str(failure) if isinstance(failure, ScrunError) else f"internal error: {failure!r}"
         if not isinstance(failure, ScrunError):
             log.error("create crashed", exc_info=failure)
         if server is not None:
-            await server.close()
+            server.close()
         readiness.write_failed(spec.ready_fd, error_kind(failure), msg)
         return 1
     readiness.write_ready(spec.ready_fd, os.getpid())
     os.close(spec.ready_fd)
-    rc = await lc.wait_stopped()
+    rc = lc.wait_stopped()
     assert server is not None
-    await server.close()
+    server.close()
     return rc
 
 
 def preload() -> None:
     """Import what the anchor runs on (a forked anchor does this while create still
-    validates).  asyncio imports ssl (and OpenSSL, ~4 MB resident) only to offer TLS,
-    which the anchor never uses: one anchor runs per container, so it stays out."""
-    if "asyncio" not in sys.modules:
-        sys.modules.setdefault("ssl", None)  # type: ignore[arg-type]
-    import asyncio  # noqa: F401
-
-    import structlog  # noqa: F401
-
+    validates)."""
     import scrun_py.anchor.container
     import scrun_py.anchor.lifecycle
     import scrun_py.anchor.server
@@ -141,17 +130,21 @@ def preload() -> None:
 
 def run_anchor(spec: AnchorSpec) -> int:
     """Run the container's anchor until it has stopped; its exit code."""
-    from scrun_py import procs
+    from scrun_py import logs, procs
+    from scrun_py.errors import ScrunError
 
     preload()
-    import asyncio
-
     try:
-        _configure_logging(spec, dict(os.environ))
-    except OSError:
-        pass
+        log = _logger(spec, dict(os.environ))
+    except ScrunError:  # a bad level word: _prepare reports it
+        log = logs.Logger(logs.Sinks(stderr_level=logs.LEVELS["error"],
+                                     file_level=logs.LEVELS["error"],
+                                     syslog_level=logs.LEVELS["quiet"],
+                                     log_path=Path(spec.log_path) if spec.log_path else None,
+                                     log_format=spec.log_format),
+                          {"component": "anchor", "container_id": spec.container_id})
     procs.set_comm(f"scrun:{spec.container_id}")
-    return asyncio.run(_amain(spec))
+    return _run(spec, log)
 
 
 def main() -> None:

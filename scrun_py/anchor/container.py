@@ -8,30 +8,32 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import structlog
-
-from scrun_py import audit, procs, spool, store
+from scrun_py import audit, procs, spool, store, threads
 from scrun_py.anchor.spec import AnchorSpec, BundleInfo
 from scrun_py.hooks.lua import HookContext, Hooks, NoHooks
+from scrun_py.logs import Logger
 from scrun_py.slurm.backend import Allocation
 from scrun_py.status import Status
+from scrun_py.threads import Cancel
 
 
 class Container:
     def __init__(self, spec: AnchorSpec, bundle: BundleInfo, hooks: Hooks,
-                 environ: dict[str, str]) -> None:
+                 environ: dict[str, str], log: Logger) -> None:
         self.spec = spec
         self.bundle = bundle
         self.hooks = hooks
         self.environ = environ
         self.root = Path(spec.root)
         self.dir = spool.container_dir(self.root, spec.container_id)
-        self.log = structlog.get_logger()
+        self.log = log
+        self._saving = threading.Lock()  # state.json is written from several threads
         self.record = store.ContainerRecord(
             id=spec.container_id, bundle=str(bundle.path), rootfs=str(bundle.rootfs),
             oci_version=bundle.config.ociVersion, annotations=dict(bundle.config.annotations),
@@ -47,7 +49,7 @@ class Container:
 
     # ---- record and log ----------------------------------------------------------------------
     def save(self) -> None:
-        with contextlib.suppress(OSError):
+        with self._saving, contextlib.suppress(OSError):
             store.save(self.root, self.record)
 
     def set_status(self, status: Status) -> None:
@@ -97,8 +99,10 @@ class Container:
         return env
 
     # ---- hooks -------------------------------------------------------------------------------
-    async def stage_in(self, alloc: Allocation, uid: int, gid: int,
-                       remote_argv: Callable[[str], list[str]]) -> None:
+    def stage_in(self, alloc: Allocation, uid: int, gid: int,
+                 remote_argv: Callable[[str], list[str]], cancel: Cancel) -> None:
+        """Run the stage_in hook; Cancelled once `cancel` is set (the hook goes on in its
+        thread: `hook_running` stays true)."""
         self.ctx = ctx = HookContext(
             container_id=self.record.id, bundle=str(self.bundle.path),
             orig_bundle=self.spec.orig_bundle, root_path=str(self.bundle.rootfs),
@@ -112,25 +116,26 @@ class Container:
         self.staged_in = True
         self.hook_running = True
         try:
-            await procs.in_daemon_thread(lambda: self.hooks.stage_in(ctx))
+            threads.call(lambda: self.hooks.stage_in(ctx), cancel, "scrun-stage-in")
+        except threads.Cancelled:
+            raise
         except Exception:
             self.hook_running = False
             raise
-        # on cancellation (create interrupted) the hook is still running in its thread
         self.hook_running = False
         self.record.bundle = self.ctx.bundle
         self.record.rootfs = self.ctx.root_path
         self.save()
         self.event("stage_in finished", bundle=self.ctx.bundle)
 
-    async def stage_out(self) -> None:
+    def stage_out(self) -> None:
         """Run stage_out once if stage_in ran; its result is only logged (as Slurm does)."""
         owed, self.staged_in, ctx = self.staged_in, False, self.ctx
         if not owed or ctx is None:
             return
         self.event("stage_out started")
         try:
-            rc = await procs.in_daemon_thread(lambda: self.hooks.stage_out(ctx))
+            rc = self.hooks.stage_out(ctx)
             self.event("stage_out finished", rc=rc)
         except Exception as exc:
             self.log.error("stage_out failed", error=str(exc), container_id=self.record.id)

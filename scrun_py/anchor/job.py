@@ -6,7 +6,6 @@ No phase changes here: `anchor/lifecycle.py` decides what happens next.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import shlex
@@ -14,7 +13,7 @@ import signal
 import time
 from collections.abc import Callable
 
-from scrun_py import procs, spool
+from scrun_py import procs, spool, threads
 from scrun_py.anchor.container import Container
 from scrun_py.anchor.stderr_relay import StderrRelay
 from scrun_py.anchor.table import FATAL_BY_DEFAULT
@@ -23,6 +22,7 @@ from scrun_py.slurm.argv import ABANDON_ENV
 from scrun_py.slurm.backend import Allocation, SlurmBackend, Step, StepRequest
 from scrun_py.slurm.options import JobOptions
 from scrun_py.slurm.parse import max_tasks_per_node, transient_launch_failure
+from scrun_py.threads import Cancel
 
 RELEASE_TIMEOUT_S = 60.0
 STEP_RETRY_S = 60.0  # slurmctld restarting while srun creates the step
@@ -45,8 +45,9 @@ class Job:
         self._signal_while_relaunching = 0
 
     # ---- the job -----------------------------------------------------------------------------
-    async def allocate(self) -> Allocation:
-        """A new job, or the running job named by SLURM_JOB_ID."""
+    def allocate(self, cancel: Cancel) -> Allocation:
+        """A new job, or the running job named by SLURM_JOB_ID; Cancelled once `cancel`
+        is set (a job requested is cancelled)."""
         box, rec = self.box, self.box.record
         existing = box.environ.get("SLURM_JOB_ID", "")
         box.event("allocation started")
@@ -54,53 +55,55 @@ class Job:
             if not existing.isdigit():
                 raise AllocationFailed(f"SLURM_JOB_ID is not a job id: {existing!r}")
             rec.job_id, rec.owns_job = int(existing), False
-            self.alloc = await self.backend.attach(int(existing), dict(box.environ))
+            self.alloc = threads.call(
+                lambda: self.backend.attach(int(existing), dict(box.environ)), cancel,
+                "scrun-attach")
         else:
             def on_job_id(job_id: int) -> None:
                 rec.job_id = job_id
                 box.save()
 
             env = {**box.environ, ABANDON_ENV: str(box.abandon_script())}
-            self.alloc = await self.backend.allocate(self.job_opts.alloc, env, on_job_id,
-                                                     self.alloc_timeout_s)
+            self.alloc = self.backend.allocate(self.job_opts.alloc, env, on_job_id,
+                                               self.alloc_timeout_s, cancel)
             rec.job_id = self.alloc.job_id
         box.save()
         box.event("allocation granted")
         return self.alloc
 
-    async def info(self, alloc: Allocation) -> tuple[float | None, int, int]:
+    def info(self, alloc: Allocation) -> tuple[float | None, int, int]:
         """The job's end time (owned jobs: for the time-limit watch) and uid/gid (rootless
         engines run us as uid 0 in a user namespace), asked only when one is needed."""
         uid, gid = os.getuid(), os.getgid()
         userns = procs.in_user_namespace()
         if not alloc.owned and not userns:
             return None, uid, gid
-        info = await self.backend.job_info(alloc.job_id)
+        info = self.backend.job_info(alloc.job_id)
         if info is None:
             return None, uid, gid
         if userns and info.uid is not None and info.gid is not None:
             uid, gid = info.uid, info.gid
         return (info.end_time if alloc.owned else None), uid, gid
 
-    async def end(self, code: int) -> None:
+    def end(self, code: int) -> None:
         """End an owned job with the container's exit code; leave an existing one running."""
         box, alloc = self.box, self.alloc
         if alloc is None:
             if box.record.job_id and box.record.owns_job:  # allocation cut short
-                await self.backend.cancel(box.record.job_id)
+                self.backend.cancel(box.record.job_id)
             return
         if not alloc.owned:
             box.event("existing allocation left running")
             return
         box.event("job end started")
         try:
-            await self.backend.release(alloc, code, RELEASE_TIMEOUT_S)
+            self.backend.release(alloc, code, RELEASE_TIMEOUT_S)
         except SlurmError as exc:
             box.log.error("ending the job failed", error=str(exc), job_id=alloc.job_id)
         box.event("job end finished")
 
     # ---- the step ----------------------------------------------------------------------------
-    async def launch(self) -> Step:
+    def launch(self) -> Step:
         """Start the container step with the caller's stdio (stderr through the relay)
         or the pty; raises ScrunError."""
         box, alloc = self.box, self.alloc
@@ -116,7 +119,7 @@ class Job:
             stdio=(0, 1, relay.write_fd if relay else 2))
         box.event("launch started")
         try:
-            self.step = await self.backend.launch_step(req)
+            self.step = self.backend.launch_step(req)
         except BaseException:
             if relay is not None:
                 relay.close()
@@ -129,18 +132,20 @@ class Job:
             box.pty_slave = None
         return self.step
 
-    async def wait_step(self, step: Step, check_revoked: bool,
+    def wait_step(self, step: Step, check_revoked: bool,
                         may_relaunch: Callable[[], bool] = lambda: False) -> int:
         """The container's exit code once its step has exited.  A step srun could not
         create because slurmctld did not answer (the container never ran) is launched
         again for up to STEP_RETRY_S, while `may_relaunch()` and no signal came."""
         deadline = time.monotonic() + STEP_RETRY_S
         while True:
-            code = procs.exit_code(await step.wait())
+            returncode = step.wait()
+            assert returncode is not None
+            code = procs.exit_code(returncode)
             failure = None
             if self._relay is not None:
                 # the container's last stderr bytes reach the engine before its exit
-                await self._relay.drain(STDERR_DRAIN_S)
+                self._relay.drain(STDERR_DRAIN_S)
                 failure = self._relay.launch_failure
                 self._relay.close()
             if not (code and failure and transient_launch_failure(failure)
@@ -148,12 +153,12 @@ class Job:
                 break
             self.box.event("step not created, launching it again", reason=failure)
             self._relaunching = True
-            await asyncio.sleep(STEP_RETRY_PAUSE_S)
+            time.sleep(STEP_RETRY_PAUSE_S)
             self._relaunching = False
             if self._signal_while_relaunching or not may_relaunch():
                 break
             try:
-                step = await self.launch()
+                step = self.launch()
             except ScrunError as exc:
                 self.box.event("relaunch failed", error=str(exc))
                 break
@@ -172,49 +177,43 @@ class Job:
     def step_alive(self) -> bool:
         return self.step is not None and self.step.returncode is None
 
-    async def step_id(self) -> int | None:
+    def step_id(self) -> int | None:
         rec = self.box.record
         if rec.step_id is None and self.alloc is not None:
-            rec.step_id = await self.backend.step_id(self.alloc.job_id, self.step_alive)
+            rec.step_id = self.backend.step_id(self.alloc.job_id, self.step_alive)
             self.box.save()
         return rec.step_id
 
-    async def signal(self, sig: int) -> None:
+    def signal(self, sig: int) -> None:
         """Signal the container's init, if its step runs (signal 0: nothing to do)."""
         alloc = self.alloc
         if sig and self._relaunching and sig in FATAL_BY_DEFAULT:
             self._signal_while_relaunching = sig
         if sig == 0 or alloc is None or not self.step_alive():
             return
-        step_id = await self.step_id()
-        await self.backend.signal(alloc.job_id, step_id, sig, self.box.job_env(alloc),
+        step_id = self.step_id()
+        self.backend.signal(alloc.job_id, step_id, sig, self.box.job_env(alloc),
                                   self.step_alive)
         self.box.event("signal delivered", signal=sig, step_id=step_id)
 
-    async def step_exits_within(self, seconds: float) -> bool:
-        if self.step is None:
-            return True
-        try:
-            await asyncio.wait_for(asyncio.shield(self.step.wait()), seconds)
-        except TimeoutError:
-            return False
-        return True
+    def step_exits_within(self, seconds: float) -> bool:
+        return self.step is None or self.step.wait(seconds) is not None
 
-    async def kill(self, grace_s: float) -> None:
+    def kill(self, grace_s: float) -> None:
         """SIGKILL through the runtime; after `grace_s`, cancel the step and kill srun."""
-        await self.signal(SIGKILL)
-        if not await self.step_exits_within(grace_s) and self.alloc and self.step:
-            await self.backend.cancel(self.alloc.job_id, self.box.record.step_id)
+        self.signal(SIGKILL)
+        if not self.step_exits_within(grace_s) and self.alloc and self.step:
+            self.backend.cancel(self.alloc.job_id, self.box.record.step_id)
             with contextlib.suppress(ProcessLookupError):
                 self.step.kill()
 
-    async def write_abandon_script(self) -> None:
+    def write_abandon_script(self) -> None:
         """What the allocation holder runs if this anchor dies: SIGKILL the container
         through the runtime (see slurm/argv.py HOLDER_SCRIPT)."""
         alloc = self.alloc
         if alloc is None or not alloc.owned:
             return
-        step_id = await self.step_id()
+        step_id = self.step_id()
         per_node = max_tasks_per_node(alloc.env.get("SLURM_TASKS_PER_NODE", "1"))
         argv = (self.backend.kill_argv(alloc.job_id, step_id, per_node)
                 if step_id is not None else None)

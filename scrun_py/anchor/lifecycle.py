@@ -5,20 +5,27 @@ Every phase change goes through `fire`, which looks the (phase, event) pair up i
 (`start`, `kill`, `delete`) and signals to the anchor (`post`, from the signal
 handler's queue) are events like any other.  One cleanup routine (`_cleanup`) serves
 both the end of a container and an aborted create.
+
+Threads: `fire` runs under one lock, so phase changes and the quick part of each action
+never interleave.  An action's slow part (a Slurm command, a hook, waiting for the step)
+is returned as a function and runs in a daemon thread of its own, which reports back
+with another event.  `create` runs in the caller's thread; the watches (job, step,
+time limit) stop firing once the cleanup has begun.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
+import queue
 import signal
+import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from scrun_py import procs, spool
+from scrun_py import procs, spool, threads
 from scrun_py.anchor.container import Container
 from scrun_py.anchor.job import Job
 from scrun_py.anchor.table import TABLE, Action, Event, Phase, Transition, kill_event
@@ -26,6 +33,7 @@ from scrun_py.errors import ContainerNotRunning, ContainerStillRunning, ScrunErr
 from scrun_py.slurm.backend import Allocation, SlurmBackend, Step
 from scrun_py.slurm.options import JobOptions
 from scrun_py.status import Status
+from scrun_py.threads import Cancel, Cancelled
 
 KILL_GRACE_S = 15.0
 # stop containers this long before the job's time limit (Slurm sends TERM at the limit)
@@ -52,6 +60,9 @@ _REFUSALS: dict[Action, Callable[[str], ScrunError]] = {
 }
 
 
+Work = Callable[[], None]
+
+
 class Lifecycle:
     def __init__(self, box: Container, backend: SlurmBackend, job_opts: JobOptions,
                  alloc_timeout_s: float | None) -> None:
@@ -66,102 +77,100 @@ class Lifecycle:
         self.delete_requested = False
         self.launch_error: ScrunError | None = None
         self.result = 1  # the anchor's exit code, once stopped
-        self._launched = asyncio.Event()
-        self._stopped = asyncio.Event()
-        self._create_task: asyncio.Task[None] | None = None
-        self._watchers: set[asyncio.Task[None]] = set()  # cancelled by the cleanup
-        self._busy: set[asyncio.Task[None]] = set()
-        self._queue: asyncio.Queue[Ev] = asyncio.Queue()
-        self._actions: dict[Action, Callable[[Ev], Coroutine[Any, Any, None] | None]] = {
+        self._lock = threading.RLock()
+        self._launched = threading.Event()
+        self._stopped = threading.Event()
+        self._create_cancel = Cancel()  # a stop request interrupts create
+        self._closing = Cancel()  # the cleanup has begun: the watches stop
+        self._queue: queue.SimpleQueue[Ev] = queue.SimpleQueue()
+        self._actions: dict[Action, Callable[[Ev], Work | None]] = {
             Action.NONE: lambda ev: None, Action.AWAIT_LAUNCH: lambda ev: None,
-            Action.READY: self._ready, Action.LAUNCH: lambda ev: self._launch(),
-            Action.WATCH_STEP: self._watch, Action.SIGNAL: lambda ev: self.job.signal(ev.sig),
-            Action.TERM_STEP: lambda ev: self._term_step(),
+            Action.READY: self._ready, Action.LAUNCH: lambda ev: self._launch,
+            Action.WATCH_STEP: self._watch,
+            Action.SIGNAL: lambda ev: lambda: self.job.signal(ev.sig),
+            Action.TERM_STEP: lambda ev: self._term_step,
             Action.KILL_STEP: self._kill_step, Action.KILL_LAUNCHED: self._kill_launched,
             Action.NOTE_STOP: self._note_stop, Action.STOP: self._stop,
             Action.CLEANUP: self._cleanup_after, Action.INTERRUPT_CREATE: self._interrupt,
-            Action.CLEANUP_ABORTED: lambda ev: self._cleanup(aborted=True),
+            Action.CLEANUP_ABORTED: lambda ev: lambda: self._cleanup(aborted=True),
             Action.SKIP_STAGE_OUT: self._skip_stage_out, Action.FINISH: self._finish,
         }
 
     # ---- the one way to change phase ---------------------------------------------------------
-    def fire(self, ev: Ev) -> tuple[Transition | None, asyncio.Task[None] | None]:
-        t = TABLE.get((self.phase, ev.kind))
-        if t is None:
-            self.box.event("event ignored", phase=self.phase.value, lc_event=ev.kind.value)
-            return None, None
-        self.trace.append((self.phase, ev.kind, t.next))
-        refusal = _REFUSALS.get(t.action)
-        if refusal is not None:
-            raise refusal(self.box.record.id)
-        if t.next is not self.phase:
-            self.box.event("phase", old=self.phase.value, new=t.next.value,
-                           lc_event=ev.kind.value)
-            self.phase = t.next
-        work = self._actions[t.action](ev)
-        return t, (self._spawn(work, self._busy) if work is not None else None)
+    def fire(self, ev: Ev) -> tuple[Transition | None, threading.Thread | None]:
+        with self._lock:
+            t = TABLE.get((self.phase, ev.kind))
+            if t is None:
+                self.box.event("event ignored", phase=self.phase.value, lc_event=ev.kind.value)
+                return None, None
+            self.trace.append((self.phase, ev.kind, t.next))
+            refusal = _REFUSALS.get(t.action)
+            if refusal is not None:
+                raise refusal(self.box.record.id)
+            if t.next is not self.phase:
+                self.box.event("phase", old=self.phase.value, new=t.next.value,
+                               lc_event=ev.kind.value)
+                self.phase = t.next
+            work = self._actions[t.action](ev)
+            return t, (self._spawn(work, t.action.value) if work is not None else None)
 
     def post(self, ev: Ev) -> None:
-        """For signal handlers: queue an event (the consumer task fires it)."""
+        """For signal handlers: queue an event (the consumer thread fires it).  Only
+        this: a handler runs between two bytecodes of whatever the main thread does."""
         self._queue.put_nowait(ev)
 
-    def _spawn(self, work: Coroutine[Any, Any, None],
-               into: set[asyncio.Task[None]]) -> asyncio.Task[None]:
-        task = asyncio.create_task(work)
-        into.add(task)
+    def _spawn(self, work: Work, name: str) -> threading.Thread:
+        def failed(exc: BaseException) -> None:
+            self.box.log.error("anchor task failed", task=name, exc_info=exc)
 
-        def done(t: asyncio.Task[None]) -> None:
-            into.discard(t)
-            if not t.cancelled() and t.exception() is not None:
-                self.box.log.error("anchor task failed", exc_info=t.exception())
+        return threads.spawn(work, f"scrun-{name}", failed)
 
-        task.add_done_callback(done)
-        return task
-
-    async def _consume(self) -> None:
+    def _consume(self) -> None:
         while True:
-            ev = await self._queue.get()
+            ev = self._queue.get()
             self.box.event("anchor received signal", signal=ev.sig)
             with contextlib.suppress(ScrunError):
                 self.fire(ev)
 
     # ---- requests (control socket) -----------------------------------------------------------
-    async def start(self) -> int:
+    def start(self) -> int:
         self.fire(Ev(Event.START))
-        await self._launched.wait()
+        self._launched.wait()
         if self.launch_error is not None:
             raise self.launch_error
         return self.box.record.job_id
 
-    async def kill(self, sig: int) -> None:
-        t, task = self.fire(Ev(kill_event(sig), code=128 + sig, sig=sig,
+    def kill(self, sig: int) -> None:
+        t, work = self.fire(Ev(kill_event(sig), code=128 + sig, sig=sig,
                                reason=f"signal {sig} before start"))
-        if t is not None and t.action is Action.SIGNAL and task is not None:
-            await task
+        if t is not None and t.action is Action.SIGNAL and work is not None:
+            work.join()
 
-    async def delete(self, force: bool) -> None:
+    def delete(self, force: bool) -> None:
         self.fire(Ev(Event.DELETE_FORCE if force else Event.DELETE, code=128 + SIGKILL,
                      reason="delete"))
-        await self._stopped.wait()
+        self._stopped.wait()
 
     def snapshot(self) -> dict[str, Any]:
         rec = self.box.record
         return {"status": rec.status, "job_id": rec.job_id, "bundle": rec.bundle}
 
-    async def wait_stopped(self) -> int:
-        await self._stopped.wait()
+    def wait_stopped(self, timeout_s: float | None = None) -> int:
+        self._stopped.wait(timeout_s)
         return self.result
 
+    @property
+    def stopped(self) -> bool:
+        return self._stopped.is_set()
+
     # ---- create ------------------------------------------------------------------------------
-    async def create(self) -> BaseException | None:
-        """Allocate and stage in; None once `created`, else the failure (cleaned up)."""
-        self._spawn(self._consume(), self._busy)
-        self._create_task = asyncio.create_task(self._create())
+    def create(self) -> BaseException | None:
+        """Allocate and stage in, in this thread; None once `created`, else the failure
+        (cleaned up)."""
+        self._spawn(self._consume, "signals")
         try:
-            await self._create_task
-        except asyncio.CancelledError:
-            if not self._create_task.cancelled():
-                raise
+            self._create(self._create_cancel)
+        except Cancelled:
             err: BaseException = self._interrupted()
         except Exception as exc:
             err = exc
@@ -169,55 +178,58 @@ class Lifecycle:
             self.fire(Ev(Event.CREATED_OK))
             if self.phase is Phase.CREATED:
                 return None
-            await self._stopped.wait()  # a stop won the race: CREATED_OK cleaned up
+            self._stopped.wait()  # a stop won the race: CREATED_OK cleaned up
             return self._interrupted()
         self.box.log.info("create failed", error=str(err), container_id=self.box.record.id)
         self.fire(Ev(Event.CREATE_FAILED))
-        await self._stopped.wait()
+        self._stopped.wait()
         return err
 
     def _interrupted(self) -> ScrunError:
         return ScrunError(f"container creation interrupted: {self.stop_reason or 'stopped'}")
 
-    async def _create(self) -> None:
+    def _create(self, cancel: Cancel) -> None:
         box = self.box
         box.save()
         box.open_console()
-        alloc = await self.job.allocate()
-        self._spawn(self._watch_job(alloc), self._watchers)
+        alloc = self.job.allocate(cancel)
+        self._spawn(lambda: self._watch_job(alloc), "watch-job")
         if procs.in_user_namespace():  # stage_in needs the job's real uid/gid first
-            end, uid, gid = await self.job.info(alloc)
+            end, uid, gid = threads.call(lambda: self.job.info(alloc), cancel, "scrun-info")
             self._watch_time_limit(end)
         else:  # only the time limit needs the job's details: not worth waiting for
             uid, gid = os.getuid(), os.getgid()
-            self._spawn(self._time_limit_from_info(alloc), self._watchers)
-        await box.stage_in(alloc, uid, gid, lambda cmd: self.backend.command_argv(
-            alloc.job_id, cmd))
+            self._spawn(lambda: self._time_limit_from_info(alloc), "job-info")
+        cancel.check()
+        box.stage_in(alloc, uid, gid, lambda cmd: self.backend.command_argv(
+            alloc.job_id, cmd), cancel)
         box.send_console()
         box.write_pid_file()
 
-    async def _watch_job(self, alloc: Allocation) -> None:
-        await self.backend.wait_ended(alloc)
+    def _watch_job(self, alloc: Allocation) -> None:
+        self.backend.wait_ended(alloc, self._closing)
+        if self._closing.is_set():
+            return
         self.box.event("job allocation ended", stderr=alloc.messages[-3:])
         reason = ("the job ended while the container was being created"
                   if self.phase is Phase.CREATING else "job ended before the container started")
         self.fire(Ev(Event.JOB_ENDED, reason=reason))
 
-    async def _time_limit_from_info(self, alloc: Allocation) -> None:
-        end, _, _ = await self.job.info(alloc)
+    def _time_limit_from_info(self, alloc: Allocation) -> None:
+        end, _, _ = self.job.info(alloc)
         self._watch_time_limit(end)
 
     def _watch_time_limit(self, end: float | None) -> None:
-        if end is not None:
-            delay = end - time.time() - TIME_LIMIT_MARGIN_S
+        if end is not None and not self._closing.is_set():
+            delay = max(end - time.time() - TIME_LIMIT_MARGIN_S, 0.0)
             self.box.event("time limit watch", stop_in_s=round(delay, 1))
-            self._spawn(self._time_limit(max(delay, 0.0)), self._watchers)
+            self._spawn(lambda: self._time_limit(delay), "time-limit")
 
-    async def _time_limit(self, delay_s: float) -> None:
-        await asyncio.sleep(delay_s)
-        self.fire(Ev(Event.TIME_LIMIT, code=128 + SIGTERM, reason="time limit reached"))
+    def _time_limit(self, delay_s: float) -> None:
+        if self._closing.sleep(delay_s):
+            self.fire(Ev(Event.TIME_LIMIT, code=128 + SIGTERM, reason="time limit reached"))
 
-    # ---- actions -----------------------------------------------------------------------------
+    # ---- actions (under the lock; a returned function runs in its own thread) ----------------
     def _ready(self, ev: Ev) -> None:
         self.box.set_status(Status.CREATED)
         self.box.event("container created")
@@ -229,14 +241,13 @@ class Lifecycle:
             self.stop_code, self.stop_reason = ev.code, ev.reason
             self.box.event("stop requested", reason=ev.reason)
 
-    def _stop(self, ev: Ev) -> Coroutine[Any, Any, None]:
+    def _stop(self, ev: Ev) -> Work:
         self._note_stop(ev)
-        return self._cleanup(aborted=False)
+        return lambda: self._cleanup(aborted=False)
 
     def _interrupt(self, ev: Ev) -> None:
         self._note_stop(ev)
-        if self._create_task is not None:
-            self._create_task.cancel()
+        self._create_cancel.set()
 
     def _skip_stage_out(self, ev: Ev) -> None:
         self.box.staged_in = False  # a second signal: just end the job
@@ -244,69 +255,75 @@ class Lifecycle:
     def _finish(self, ev: Ev) -> None:
         self._stopped.set()
 
-    def _cleanup_after(self, ev: Ev) -> Coroutine[Any, Any, None]:
+    def _cleanup_after(self, ev: Ev) -> Work:
         if ev.kind is Event.STEP_EXITED:
             self.exit_code = ev.code
         else:
             self._note_stop(ev)
-        return self._cleanup(aborted=False)
+        return lambda: self._cleanup(aborted=False)
 
-    async def _launch(self) -> None:
+    def _launch(self) -> None:
+        """Launch the step; `start` answers once the phase has moved on (running, or
+        stopping after a failed launch)."""
         try:
-            await self.job.launch()
+            self.job.launch()
         except Exception as exc:
             err = exc if isinstance(exc, ScrunError) else ScrunError(f"internal error: {exc!r}")
             self.launch_error = err
-            self._launched.set()
-            self.fire(Ev(Event.LAUNCH_FAILED, reason=f"launch failed: {err}"))
+            try:
+                self.fire(Ev(Event.LAUNCH_FAILED, reason=f"launch failed: {err}"))
+            finally:
+                self._launched.set()
             return
-        self._launched.set()
-        self.fire(Ev(Event.LAUNCHED))
+        try:
+            self.fire(Ev(Event.LAUNCHED))
+        finally:
+            self._launched.set()
 
     def _watch(self, ev: Ev) -> None:
         step = self.job.step
         assert step is not None
         self.box.set_status(Status.RUNNING)
         self.box.event("launch finished", srun_pid=step.pid)
-        self._spawn(self._watch_step(step), self._watchers)
-        self._spawn(self.job.write_abandon_script(), self._watchers)
+        self._spawn(lambda: self._watch_step(step), "watch-step")
+        self._spawn(self.job.write_abandon_script, "abandon-script")
 
-    def _kill_launched(self, ev: Ev) -> Coroutine[Any, Any, None]:
+    def _kill_launched(self, ev: Ev) -> Work:
         self._watch(ev)
         return self._kill_step(ev)
 
-    async def _watch_step(self, step: Step) -> None:
-        code = await self.job.wait_step(step, check_revoked=self.phase is Phase.RUNNING,
-                                        may_relaunch=lambda: self.phase is Phase.RUNNING)
-        self.fire(Ev(Event.STEP_EXITED, code=code))
+    def _watch_step(self, step: Step) -> None:
+        code = self.job.wait_step(step, check_revoked=self.phase is Phase.RUNNING,
+                                  may_relaunch=lambda: self.phase is Phase.RUNNING)
+        if not self._closing.is_set():
+            self.fire(Ev(Event.STEP_EXITED, code=code))
 
-    async def _term_step(self) -> None:
+    def _term_step(self) -> None:
         self.box.event("time limit reached: stopping the container")
-        await self.job.signal(SIGTERM)
-        if not await self.job.step_exits_within(TIME_LIMIT_GRACE_S):
-            await self.job.signal(SIGKILL)
+        self.job.signal(SIGTERM)
+        if not self.job.step_exits_within(TIME_LIMIT_GRACE_S):
+            self.job.signal(SIGKILL)
 
-    def _kill_step(self, ev: Ev) -> Coroutine[Any, Any, None]:
+    def _kill_step(self, ev: Ev) -> Work:
         self._note_stop(ev)
-        return self.job.kill(KILL_GRACE_S)
+        return lambda: self.job.kill(KILL_GRACE_S)
 
     # ---- the one cleanup ---------------------------------------------------------------------
-    async def _cleanup(self, aborted: bool) -> None:
+    def _cleanup(self, aborted: bool) -> None:
         """stage_out, end the job, then either mark the container stopped (teardown) or
         remove every trace of it (aborted create)."""
         box = self.box
         code = 1 if aborted else next(
             c for c in (self.exit_code, self.stop_code, 1) if c is not None)
         try:
-            for task in self._watchers:
-                task.cancel()
+            self._closing.set()
             hook_hung = box.hook_running  # stage_in still runs: the Lua state is busy
             if hook_hung:
                 box.staged_in = False
             if not aborted:
                 box.record.exit_code = code
-            await box.stage_out()
-            await self.job.end(code)
+            box.stage_out()
+            self.job.end(code)
             if hook_hung:
                 for pid in procs.descendants(os.getpid()):  # what the hung hook started
                     with contextlib.suppress(OSError):

@@ -1,18 +1,25 @@
-"""The anchor's control socket: one request per connection, peer uid checked."""
+"""The anchor's control socket: one request per connection, peer uid checked.
+
+One thread accepts; each connection gets a thread of its own, since a `start` or
+`delete` request waits for the lifecycle while `state` must still answer.
+"""
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import os
 import socket
 import struct
+import threading
+import time
 from typing import Any
-
-import structlog
 
 from scrun_py import protocol
 from scrun_py.anchor.lifecycle import Lifecycle
 from scrun_py.errors import PermissionDenied, ProtocolError, ScrunError
+from scrun_py.logs import Logger
+
+REQUEST_TIMEOUT_S = 30.0  # for the request line to arrive
 
 
 def peer_uid(sock: socket.socket) -> int:
@@ -21,77 +28,105 @@ def peer_uid(sock: socket.socket) -> int:
     return int(uid)
 
 
+def read_line(conn: socket.socket, limit: int = protocol.MAX_MESSAGE) -> bytes:
+    """One request line (what arrived before EOF if it has no newline)."""
+    buf = b""
+    while not buf.endswith(b"\n"):
+        chunk = conn.recv(limit + 1 - len(buf))
+        if not chunk:
+            break
+        buf += chunk
+        if len(buf) > limit:
+            raise ProtocolError("message too large")
+    return buf
+
+
 class ControlServer:
-    def __init__(self, lc: Lifecycle, listener: socket.socket) -> None:
+    def __init__(self, lc: Lifecycle, listener: socket.socket, log: Logger) -> None:
         self.lc = lc
         self.listener = listener
-        self.log = structlog.get_logger()
-        self.server: asyncio.AbstractServer | None = None
-        self._inflight: set[asyncio.Task[None]] = set()
+        self.log = log
+        self._lock = threading.Lock()
+        self._inflight: set[threading.Thread] = set()
+        self._closed = False
 
-    async def start(self) -> None:
-        self.server = await asyncio.start_unix_server(self._handle, sock=self.listener,
-                                                      limit=protocol.MAX_MESSAGE)
+    def start(self) -> None:
+        threading.Thread(target=self._serve, name="scrun-control", daemon=True).start()
 
-    async def close(self, grace_s: float = 10.0) -> None:
+    def close(self, grace_s: float = 10.0) -> None:
         """Stop accepting; let requests in flight (a `kill` whose signal step is still
         running when the container exits) send their reply before the anchor exits."""
-        if self.server is not None:
-            self.server.close()
-        pending = self._inflight - {asyncio.current_task()}
-        if pending:
-            await asyncio.wait(pending, timeout=grace_s)
+        with self._lock:
+            self._closed = True
+            pending = self._inflight - {threading.current_thread()}
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread
+        with contextlib.suppress(OSError):
+            self.listener.close()
+        deadline = time.monotonic() + grace_s
+        for thread in pending:
+            thread.join(max(deadline - time.monotonic(), 0.0))
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        if task is not None:
-            self._inflight.add(task)
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except InterruptedError:
+                continue
+            except OSError:
+                return  # closed
+            with self._lock:
+                if self._closed:
+                    conn.close()
+                    return
+                thread = threading.Thread(target=self._handle, args=(conn,),
+                                          name="scrun-request", daemon=True)
+                self._inflight.add(thread)
+            thread.start()
+
+    def _handle(self, conn: socket.socket) -> None:
         try:
-            await self._handle_one(reader, writer)
+            with conn:
+                self._handle_one(conn)
         finally:
-            if task is not None:
-                self._inflight.discard(task)
+            with self._lock:
+                self._inflight.discard(threading.current_thread())
 
-    async def _handle_one(self, reader: asyncio.StreamReader,
-                          writer: asyncio.StreamWriter) -> None:
+    def _handle_one(self, conn: socket.socket) -> None:
         try:
             # read the request before refusing: replying and closing first would make the
             # client's send fail (EPIPE) and hide the refusal behind "lost connection"
-            line = await asyncio.wait_for(reader.readline(), 30)
-            sock = writer.get_extra_info("socket")
-            if peer_uid(sock) != os.getuid():
+            conn.settimeout(REQUEST_TIMEOUT_S)
+            line = read_line(conn)
+            conn.settimeout(None)
+            if peer_uid(conn) != os.getuid():
                 raise PermissionDenied("permission denied: container belongs to another user")
             req = protocol.decode_request(line)
-            reply = protocol.encode_ok(**await self._dispatch(req))
+            reply = protocol.encode_ok(**self._dispatch(req))
         except (ScrunError, ValueError) as exc:
             reply = protocol.encode_error(exc if isinstance(exc, ScrunError)
                                           else ProtocolError(str(exc)))
-        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
-            writer.close()
+        except OSError:  # the client went away, or sent nothing in time
             return
         except Exception as exc:  # never let one bad request take the anchor down
             self.log.exception("control request failed")
             reply = protocol.encode_error(ScrunError(f"internal error: {exc}"))
-        try:
-            writer.write(reply)
-            await writer.drain()
-            writer.close()
-        except ConnectionError:
-            pass
+        with contextlib.suppress(OSError):
+            conn.sendall(reply)
 
-    async def _dispatch(self, req: dict[str, Any]) -> dict[str, Any]:
+    def _dispatch(self, req: dict[str, Any]) -> dict[str, Any]:
         kind = req["type"]
         if kind == "state":
             return self.lc.snapshot()
         if kind == "start":
-            return {"job_id": await self.lc.start()}
+            return {"job_id": self.lc.start()}
         if kind == "kill":
             sig = req.get("signal")
             if not isinstance(sig, int) or not 0 <= sig < 65:
                 raise ProtocolError("invalid signal")
-            await self.lc.kill(sig)
+            self.lc.kill(sig)
             return {}
         if kind == "delete":
-            await self.lc.delete(bool(req.get("force")))
+            self.lc.delete(bool(req.get("force")))
             return {}
         raise ProtocolError(f"unknown request type {kind!r}")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import signal
+from types import FrameType
 
 from scrun_py.anchor.lifecycle import Ev, Lifecycle
 from scrun_py.anchor.table import Event
@@ -11,11 +11,15 @@ from scrun_py.anchor.table import Event
 HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
-def install(loop: asyncio.AbstractEventLoop, lc: Lifecycle) -> None:
+def install(lc: Lifecycle) -> None:
     """First signal: orderly stop (kill the container, stage_out, end the job), with the
-    container's exit code if it ran, else 128+signal; a second one skips stage_out."""
+    container's exit code if it ran, else 128+signal; a second one skips stage_out.
+    Call from the main thread (Python runs handlers there)."""
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        lc.post(Ev(Event.ANCHOR_SIGNAL, code=128 + signum, sig=signum,
+                   reason=f"anchor signal {signum}"))
+
     for sig in HANDLED:
-        loop.add_signal_handler(sig, lc.post, Ev(Event.ANCHOR_SIGNAL, code=128 + sig,
-                                                 sig=int(sig), reason=f"anchor signal {int(sig)}"))
+        signal.signal(sig, handler)
     # SIGPIPE: a closed engine pipe must not kill the anchor (Slurm logs and continues)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)

@@ -7,15 +7,18 @@ wrote.  The step's stderr therefore goes through a pipe to this relay, which dro
 exactly that line and passes every other byte through unchanged and unbuffered
 (text without a newline, such as a prompt, is not held back unless it could be the
 start of srun's line).  Not used with a terminal: there the pty carries everything.
+
+One daemon thread copies, with blocking writes: an engine that stops reading makes the
+container's stderr writes wait, as they would with the runtime's own pipe, and never
+stalls the anchor or keeps it alive at exit.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
-import queue
 import re
+import select
 import threading
 
 from scrun_py.slurm.parse import step_launch_failure
@@ -24,6 +27,7 @@ _SRUN_EXIT = re.compile(rb"srun: error: [^\s:]+: tasks? [0-9,\-]+: Exited with e
 _PREFIX = b"srun: error: "
 _MAX_LINE = 512  # srun's line is far shorter; longer text is never held back
 _CHUNK = 65536
+CLOSE_WAIT_S = 1.0
 
 
 class LineFilter:
@@ -71,25 +75,15 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[n:]
 
 
-def _finish(done: asyncio.Future[None]) -> None:
-    if not done.done():
-        done.set_result(None)
-
-
 class StderrRelay:
-    """A pipe for the step's stderr, and the copy to `out_fd` minus srun's exit line.
-
-    Reads are non-blocking on our own pipe, in the event loop.  Writes to the engine's
-    stderr are blocking, in one daemon thread: a slow or stuck reader never stalls the
-    anchor, and cannot keep it alive at exit (a pool thread would be joined).
-    """
+    """A pipe for the step's stderr, and the copy to `out_fd` minus srun's exit line."""
 
     def __init__(self, out_fd: int = 2) -> None:
         self.out_fd = out_fd
-        self.read_fd, self.write_fd = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
-        os.set_blocking(self.write_fd, True)  # the step's end: srun expects blocking writes
-        self._chunks: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
-        self._done: asyncio.Future[None] | None = None
+        self.read_fd, self.write_fd = os.pipe2(os.O_CLOEXEC)
+        self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC)  # close() stops the copy
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
         self._filter = LineFilter()
 
     @property
@@ -101,58 +95,63 @@ class StderrRelay:
         """Call once the step has its copy of `write_fd`: ours is closed here."""
         os.close(self.write_fd)
         self.write_fd = -1
-        loop = asyncio.get_running_loop()
-        self._done = loop.create_future()
-        done = self._done
+        self._thread = threading.Thread(target=self._copy, name="scrun-stderr", daemon=True)
+        self._thread.start()
 
-        def writer() -> None:
-            failed = False
-            while (chunk := self._chunks.get()) is not None:
-                if not failed:
+    def _copy(self) -> None:
+        """Until EOF (every writer, srun and its helpers, has gone) or close(); the read
+        end and the wake pipe's are this thread's to close."""
+        filt, failed = self._filter, False
+        poller = select.poll()
+        poller.register(self.read_fd, select.POLLIN)
+        poller.register(self._wake_r, select.POLLIN)
+        try:
+            while True:
+                ready = {fd for fd, _ in poller.poll()}
+                if self._wake_r in ready:
+                    break
+                try:
+                    data = os.read(self.read_fd, _CHUNK)
+                except InterruptedError:
+                    continue
+                except OSError:
+                    data = b""
+                out = filt.feed(data) if data else filt.finish()
+                if out and not failed:
                     try:
-                        _write_all(self.out_fd, chunk)
+                        _write_all(self.out_fd, out)
                     except OSError:
                         failed = True  # the engine closed its end: drop the rest
-            with contextlib.suppress(RuntimeError):  # loop already closed
-                loop.call_soon_threadsafe(_finish, done)
+                if not data:
+                    break
+        finally:
+            for fd in (self.read_fd, self._wake_r):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self.read_fd = self._wake_r = -1
+            self._done.set()
 
-        threading.Thread(target=writer, name="scrun-stderr", daemon=True).start()
-        loop.add_reader(self.read_fd, self._readable)
-
-    def _readable(self) -> None:
-        filt = self._filter
-        try:
-            data = os.read(self.read_fd, _CHUNK)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        out = filt.feed(data) if data else filt.finish()
-        if out:
-            self._chunks.put(out)
-        if not data:  # EOF: every writer (srun and its helpers) has gone
-            self._stop_reading()
-
-    def _stop_reading(self) -> None:
-        if self.read_fd >= 0:
-            with contextlib.suppress(RuntimeError, ValueError):
-                asyncio.get_running_loop().remove_reader(self.read_fd)
-            os.close(self.read_fd)
-            self.read_fd = -1
-            self._chunks.put(None)
-
-    async def drain(self, timeout_s: float) -> None:
+    def drain(self, timeout_s: float) -> None:
         """Wait until everything the step wrote has been passed on (EOF, then written)."""
-        if self._done is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self._done), timeout_s)
+        if self._thread is not None:
+            self._done.wait(timeout_s)
 
     def close(self) -> None:
-        """Stop copying and close both ends (also after a failed launch)."""
-        if self._done is not None:
-            self._stop_reading()
-        for fd in (self.read_fd, self.write_fd):
+        """Stop copying and close every end (also after a failed launch)."""
+        if self._wake_w >= 0:
+            if self._thread is not None:
+                with contextlib.suppress(OSError):
+                    os.write(self._wake_w, b"x")
+                self._thread.join(CLOSE_WAIT_S)  # unless stuck writing to the engine
+            with contextlib.suppress(OSError):
+                os.close(self._wake_w)
+            self._wake_w = -1
+        fds = [self.write_fd] if self._thread is not None else [
+            self.read_fd, self.write_fd, self._wake_r]
+        for fd in fds:
             if fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-        self.read_fd = self.write_fd = -1
+        self.write_fd = -1
+        if self._thread is None:
+            self.read_fd = self._wake_r = -1

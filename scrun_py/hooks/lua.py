@@ -19,8 +19,6 @@ from pathlib import Path
 from types import MappingProxyType, ModuleType
 from typing import Any, Final, Protocol
 
-import structlog
-
 from scrun_py import logs
 from scrun_py.errors import HookError
 from scrun_py.flags import LADDER
@@ -143,9 +141,13 @@ class LuaHooks:
     """scrun.lua loaded into its own Lua runtime; one instance per anchor."""
 
     def __init__(self, script: Path, lua_version: str = DEFAULT_LUA,
-                 cluster_name: str | None = None) -> None:
-        """Create the runtime and the ``slurm`` table; the script itself is not run yet."""
+                 cluster_name: str | None = None, log: Any = None) -> None:
+        """Create the runtime and the ``slurm`` table; the script itself is not run yet.
+
+        ``log``: where hook records go (the anchor's ``logs.Logger``); structlog's
+        logger when None."""
         self.script = script
+        self._log_to = log
         self.lua_version = lua_version
         self._lupa = _import_lupa(lupa_module_name(lua_version))
         self._ctx: HookContext | None = None
@@ -175,9 +177,9 @@ class LuaHooks:
 
     @classmethod
     def load(cls, path: Path, lua_version: str = DEFAULT_LUA, *,
-             cluster_name: str | None = None) -> LuaHooks:
+             cluster_name: str | None = None, log: Any = None) -> LuaHooks:
         """Load ``path`` with Slurm's rules; any failure is a one-line ``HookError``."""
-        hooks = cls(path, lua_version, cluster_name)
+        hooks = cls(path, lua_version, cluster_name, log)
         hooks._run_script()
         return hooks
 
@@ -283,7 +285,7 @@ class LuaHooks:
         return table
 
     def _logger(self) -> Any:
-        return structlog.get_logger()
+        return self._log_to if self._log_to is not None else _structlog_logger()
 
     def _debug_traceback(self, traceback: object) -> None:
         if traceback:
@@ -369,18 +371,25 @@ def find_script(slurm_conf: Path | None, override: str | None = None) -> Path | 
     return path if path.is_file() else None
 
 
+def _structlog_logger() -> Any:
+    import structlog
+
+    return structlog.get_logger()
+
+
 def load_hooks(slurm_conf: Path | None, override: str | None = None,
-               lua_version: str | None = None) -> Hooks:
+               lua_version: str | None = None, log: Any = None) -> Hooks:
     """The hooks to use: ``LuaHooks`` when a script exists, else ``NoHooks``.
 
     ``override`` defaults to ``$SCRUN_PY_LUA``; ``lua_version`` to ``$SCRUN_PY_LUA_VERSION``
-    and then ``DEFAULT_LUA``.
+    and then ``DEFAULT_LUA``; ``log`` as for ``LuaHooks``.
     """
     if override is None:
         override = os.environ.get(LUA_SCRIPT_ENV) or None
     script = find_script(slurm_conf, override)
     if script is None:
-        structlog.get_logger().debug("no scrun.lua, hooks disabled")
+        (log if log is not None else _structlog_logger()).debug("no scrun.lua, hooks disabled")
         return NoHooks()
     version = lua_version or os.environ.get(LUA_VERSION_ENV) or DEFAULT_LUA
-    return LuaHooks.load(script, version, cluster_name=_builtins.cluster_name(slurm_conf))
+    return LuaHooks.load(script, version, cluster_name=_builtins.cluster_name(slurm_conf),
+                         log=log)

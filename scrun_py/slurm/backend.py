@@ -1,7 +1,7 @@
 """The Slurm backend contract: what the anchor asks of Slurm, with typed answers.
 
 `cli_backend.CliSlurm` implements it with Slurm's client commands; the unit tests
-implement it in-process (tests/unit/fake_slurm.py).  Every call is bounded.
+implement it in-process (tests/unit/fake_slurm.py).
 """
 
 from __future__ import annotations
@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
+
+from scrun_py.threads import Cancel
 
 
 @dataclass
@@ -44,7 +46,8 @@ class StepRequest:
 
 
 class Step(Protocol):
-    """A running container step (asyncio's Process fits)."""
+    """A running container step (subprocess.Popen fits, with `wait` returning None on a
+    timeout)."""
 
     @property
     def pid(self) -> int: ...
@@ -52,37 +55,45 @@ class Step(Protocol):
     @property
     def returncode(self) -> int | None: ...
 
-    async def wait(self) -> int: ...
+    def wait(self, timeout_s: float | None = None) -> int | None:
+        """The returncode once the step has exited (negative N: killed by signal N);
+        None if it still runs after `timeout_s`."""
 
     def kill(self) -> None: ...
 
 
 class SlurmBackend(Protocol):
-    async def allocate(self, opts: Sequence[str], env: dict[str, str],
-                       on_job_id: Callable[[int], None], timeout_s: float | None) -> Allocation:
-        """Request a job and wait until it runs; raise AllocationFailed with Slurm's
-        message.  `on_job_id` hears the job id as soon as Slurm assigns it."""
+    """Every call blocks its caller (an anchor thread) and is bounded, except the two
+    that wait for the job itself: `allocate` (until `cancel`) and `wait_ended`."""
 
-    async def attach(self, job_id: int, env: dict[str, str]) -> Allocation:
+    def allocate(self, opts: Sequence[str], env: dict[str, str],
+                 on_job_id: Callable[[int], None], timeout_s: float | None,
+                 cancel: Cancel) -> Allocation:
+        """Request a job and wait until it runs; raise AllocationFailed with Slurm's
+        message, or Cancelled (the request withdrawn, its job cancelled) once `cancel` is
+        set.  `on_job_id` hears the job id as soon as Slurm assigns it."""
+
+    def attach(self, job_id: int, env: dict[str, str]) -> Allocation:
         """Use an existing job; raise AllocationFailed unless it is running."""
 
-    async def wait_ended(self, alloc: Allocation) -> None:
-        """Return when the job's allocation has ended (never for a job not owned)."""
+    def wait_ended(self, alloc: Allocation, cancel: Cancel) -> None:
+        """Return when the job's allocation has ended (never for a job not owned), or
+        once `cancel` is set."""
 
     def revoked(self, alloc: Allocation) -> bool:
         """Did Slurm end the job underneath us (scancel, node failure)?"""
 
-    async def job_info(self, job_id: int) -> JobInfo | None:
+    def job_info(self, job_id: int) -> JobInfo | None:
         """End time and owner of the job; None when Slurm does not answer."""
 
-    async def launch_step(self, req: StepRequest) -> Step:
+    def launch_step(self, req: StepRequest) -> Step:
         """Start the container step; raise StepLaunchFailed."""
 
-    async def step_id(self, job_id: int, alive: Callable[[], bool]) -> int | None:
+    def step_id(self, job_id: int, alive: Callable[[], bool]) -> int | None:
         """The container step's id, retried while `alive()`; None if unknown."""
 
-    async def signal(self, job_id: int, step_id: int | None, sig: int, env: dict[str, str],
-                     alive: Callable[[], bool]) -> None:
+    def signal(self, job_id: int, step_id: int | None, sig: int, env: dict[str, str],
+               alive: Callable[[], bool]) -> None:
         """Deliver `sig` to the container's init (through the runtime when possible)."""
 
     def kill_argv(self, job_id: int, step_id: int,
@@ -93,8 +104,8 @@ class SlurmBackend(Protocol):
     def command_argv(self, job_id: int, command: str) -> list[str]:
         """A helper step running `/bin/sh -c command` on every node of the job."""
 
-    async def cancel(self, job_id: int, step_id: int | None = None) -> None:
+    def cancel(self, job_id: int, step_id: int | None = None) -> None:
         """scancel the job (or one step of it)."""
 
-    async def release(self, alloc: Allocation, exit_code: int, timeout_s: float) -> None:
+    def release(self, alloc: Allocation, exit_code: int, timeout_s: float) -> None:
         """End an owned job with the container's exit code (COMPLETED/FAILED)."""

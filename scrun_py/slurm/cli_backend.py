@@ -8,12 +8,15 @@ the exit code, so the job is recorded as COMPLETED/FAILED rather than CANCELLED.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import fcntl
 import os
+import select
 import signal
+import subprocess
 import termios
+import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import IO
 
@@ -23,6 +26,7 @@ from scrun_py.slurm import argv as slurm_argv
 from scrun_py.slurm import parse, releases
 from scrun_py.slurm.backend import Allocation, JobInfo, Step, StepRequest
 from scrun_py.slurm.options import JOB_NAME
+from scrun_py.threads import Cancel, Cancelled
 
 OLDEST = (22, 5)  # the oldest release supported: no --container-id
 # Right after start the runtime may not have created the container yet: retry the
@@ -30,6 +34,8 @@ OLDEST = (22, 5)  # the oldest release supported: no --container-id
 # up in that window (the node drains with "Kill task failed").
 RUNTIME_SIGNAL_ATTEMPTS = 20
 STEP_ID_ATTEMPTS = 20
+POLL_S = 0.05  # salloc's output, while the job is being allocated
+ABORT_GRACE_S = 10.0  # a salloc asked to stop (TERM) before it is killed
 
 
 class _StderrFile:
@@ -95,6 +101,30 @@ def _salloc_cwd(opts: Sequence[str]) -> str | None:
     return None if usable else "/tmp"
 
 
+class SrunStep:
+    """The container step: srun, as `Step`."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.returncode
+
+    def wait(self, timeout_s: float | None = None) -> int | None:
+        try:
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def kill(self) -> None:
+        self.proc.kill()
+
+
 class CliSlurm:
     def __init__(self, *, salloc: str = "salloc", srun_path: str = "srun",
                  srun_args: Sequence[str] = (), runtime_kill: str | None = None) -> None:
@@ -104,13 +134,15 @@ class CliSlurm:
         self._runtime_kill = runtime_kill
         # the job's working directory when it is not the caller's (see _salloc_cwd)
         self._job_dir: str | None = None
-        self._version: asyncio.Task[tuple[int, int]] | None = None
-        self._holder: asyncio.subprocess.Process | None = None
+        self._version: tuple[int, int] = OLDEST
+        self._version_known: threading.Event | None = None
+        self._holder: subprocess.Popen[bytes] | None = None
         self._stderr: _StderrFile | None = None
 
     # ---- the job ----------------------------------------------------------------------------
-    async def allocate(self, opts: Sequence[str], env: dict[str, str],
-                       on_job_id: Callable[[int], None], timeout_s: float | None) -> Allocation:
+    def allocate(self, opts: Sequence[str], env: dict[str, str],
+                 on_job_id: Callable[[int], None], timeout_s: float | None,
+                 cancel: Cancel) -> Allocation:
         self._start_version_probe()
         argv, self._job_dir = slurm_argv.build_salloc_argv(opts, self._salloc), _salloc_cwd(opts)
         # salloc's stderr goes to an unlinked file, not a pipe: if the anchor dies, a
@@ -118,54 +150,26 @@ class CliSlurm:
         # Kept open for the allocation's lifetime (polled), closed by release.
         err_file = _unlinked_file()
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=err_file, env=env, start_new_session=True,
-                cwd=self._job_dir)
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=err_file, env=env, start_new_session=True,
+                                    cwd=self._job_dir)
         except OSError as exc:
             err_file.close()
             raise AllocationFailed(f"cannot run salloc: {exc.strerror}") from exc
         alloc = Allocation(job_id=0, env={}, owned=True)
         reader = _StderrFile(err_file, alloc)
         self._holder, self._stderr = proc, reader
-
-        async def read_stderr() -> None:
-            while True:
-                job_id = reader.poll()
-                if job_id and not alloc.job_id:
-                    alloc.job_id = job_id
-                    on_job_id(job_id)
-                await asyncio.sleep(0.05)
-
-        stderr_task = asyncio.create_task(read_stderr())
-        env_task = asyncio.create_task(self._read_env(proc))
         try:
-            done = await asyncio.wait_for(asyncio.shield(env_task), timeout_s)
-        except TimeoutError:
-            env_task.cancel()
-            await self._abort(proc, alloc)
-            stderr_task.cancel()
+            alloc.env = self._job_env_of(proc, alloc, reader, on_job_id, timeout_s, cancel)
+        except BaseException:
+            _close_pipes(proc)
             reader.poll()
-            err_file.close()
-            raise AllocationFailed(
-                f"job allocation not granted within {timeout_s:g}s"
-                + (f" ({parse.slurm_message(alloc.messages)})" if alloc.messages else "")
-            ) from None
-        except asyncio.CancelledError:
-            await self._abort(proc, alloc)
-            stderr_task.cancel()
             err_file.close()
             raise
-        stderr_task.cancel()
-        if done is None:
-            await proc.wait()
-            reader.poll()
-            err_file.close()
-            raise AllocationFailed(f"job allocation failed: {parse.slurm_message(alloc.messages)}")
-        alloc.env = done
-        job_id = int(done.get("SLURM_JOB_ID", "0") or 0)
+        job_id = int(alloc.env.get("SLURM_JOB_ID", "0") or 0)
         if not job_id:
-            await self._abort(proc, alloc)
+            self._abort(proc, alloc)
+            _close_pipes(proc)
             err_file.close()
             raise AllocationFailed("job allocation failed: no SLURM_JOB_ID in the job environment")
         if not alloc.job_id:
@@ -173,51 +177,75 @@ class CliSlurm:
             on_job_id(job_id)
         return alloc
 
-    @staticmethod
-    async def _read_env(proc: asyncio.subprocess.Process) -> dict[str, str] | None:
+    def _job_env_of(self, proc: subprocess.Popen[bytes], alloc: Allocation,
+                    reader: _StderrFile, on_job_id: Callable[[int], None],
+                    timeout_s: float | None, cancel: Cancel) -> dict[str, str]:
+        """Wait for the job environment salloc's command prints once the job runs; the job
+        id is noted as soon as salloc names it.  Stops salloc (and cancels its job) when
+        cancelled or out of time."""
         assert proc.stdout is not None
+        out_fd = proc.stdout.fileno()
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         buf = b""
         while slurm_argv.READY_MARKER not in buf:
-            chunk = await proc.stdout.read(65536)
-            if not chunk:
-                return None
-            buf += chunk
-        env: dict[str, str] = {}
-        for entry in buf.split(slurm_argv.READY_MARKER, 1)[0].split(b"\0"):
-            name, sep, value = entry.decode(errors="replace").partition("=")
-            if sep:
-                env[name] = value
-        return env
+            job_id = reader.poll()
+            if job_id and not alloc.job_id:
+                alloc.job_id = job_id
+                on_job_id(job_id)
+            if cancel.is_set():
+                self._abort(proc, alloc)
+                raise Cancelled
+            if deadline is not None and time.monotonic() > deadline:
+                self._abort(proc, alloc)
+                reader.poll()
+                raise AllocationFailed(
+                    f"job allocation not granted within {timeout_s:g}s"
+                    + (f" ({parse.slurm_message(alloc.messages)})" if alloc.messages else ""))
+            ready, _, _ = select.select([out_fd], [], [], POLL_S)
+            chunk = os.read(out_fd, 65536) if ready else None
+            if chunk == b"":  # salloc exited without an allocation
+                proc.wait()
+                reader.poll()
+                raise AllocationFailed(
+                    f"job allocation failed: {parse.slurm_message(alloc.messages)}")
+            buf += chunk or b""
+        return _job_env(buf)
 
-    async def _abort(self, proc: asyncio.subprocess.Process, alloc: Allocation) -> None:
+    def _abort(self, proc: subprocess.Popen[bytes], alloc: Allocation) -> None:
         """Stop a salloc that has not delivered an allocation; cancel its job if any."""
-        if proc.returncode is None:
+        if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGTERM)
             try:
-                await asyncio.wait_for(proc.wait(), 10)
-            except TimeoutError:
+                proc.wait(ABORT_GRACE_S)
+            except subprocess.TimeoutExpired:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
-                await proc.wait()
+                proc.wait()
         if alloc.job_id:
-            await self.cancel(alloc.job_id)
+            self.cancel(alloc.job_id)
 
-    async def attach(self, job_id: int, env: dict[str, str]) -> Allocation:
+    def attach(self, job_id: int, env: dict[str, str]) -> Allocation:
         self._start_version_probe()
-        res = await self._run(slurm_argv.build_job_state_argv(job_id))
+        res = self._run(slurm_argv.build_job_state_argv(job_id))
         state = res.text.strip()
         if res.status != 0 or state not in ("RUNNING", "CONFIGURING"):
             raise AllocationFailed(
                 f"SLURM_JOB_ID={job_id} is not a running job ({state or res.status})")
         return Allocation(job_id=job_id, env=dict(env), owned=False)
 
-    async def wait_ended(self, alloc: Allocation) -> None:
-        if not alloc.owned or self._holder is None:
-            await asyncio.Event().wait()
+    def wait_ended(self, alloc: Allocation, cancel: Cancel) -> None:
+        holder = self._holder
+        if not alloc.owned or holder is None:
+            cancel.wait()
             return
-        await self._holder.wait()
-        self._poll()
+        while not cancel.is_set():
+            try:
+                holder.wait(1.0)
+            except subprocess.TimeoutExpired:
+                continue
+            self._poll()
+            return
 
     def _poll(self) -> None:
         if self._stderr is not None:
@@ -227,11 +255,11 @@ class CliSlurm:
         if not alloc.owned or self._holder is None or self._stderr is None:
             return False
         self._stderr.poll()
-        return self._stderr.revoked or self._holder.returncode is not None
+        return self._stderr.revoked or self._holder.poll() is not None
 
-    async def job_info(self, job_id: int) -> JobInfo | None:
+    def job_info(self, job_id: int) -> JobInfo | None:
         try:
-            res = await self._run(slurm_argv.build_job_info_argv(job_id), timeout_s=15)
+            res = self._run(slurm_argv.build_job_info_argv(job_id), timeout_s=15)
         except SlurmError:
             return None
         if res.status != 0:
@@ -239,34 +267,36 @@ class CliSlurm:
         end, uid, gid = parse.parse_job_info(res.text)
         return JobInfo(end_time=end, uid=uid, gid=gid)
 
-    async def release(self, alloc: Allocation, exit_code: int, timeout_s: float) -> None:
+    def release(self, alloc: Allocation, exit_code: int, timeout_s: float) -> None:
         proc = self._holder
         if proc is None or not alloc.owned:
             return
-        if proc.returncode is None and proc.stdin is not None:
-            with contextlib.suppress(OSError, RuntimeError):
+        if proc.poll() is None and proc.stdin is not None:
+            with contextlib.suppress(OSError, ValueError):
                 proc.stdin.write(f"{exit_code}\n".encode())
-                await proc.stdin.drain()
-                proc.stdin.close()
+                proc.stdin.flush()
+        if proc.stdin is not None:
+            with contextlib.suppress(OSError, ValueError):
+                proc.stdin.close()  # EOF, whatever was written
         try:
-            await asyncio.wait_for(proc.wait(), timeout_s)
-        except TimeoutError:
-            await self.cancel(alloc.job_id)
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.cancel(alloc.job_id)
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
-            await proc.wait()
+            proc.wait()
+        _close_pipes(proc)
         if self._stderr is not None:
             self._stderr.poll()
             self._stderr.fh.close()  # salloc's stderr file, kept open until its end
 
-    async def cancel(self, job_id: int, step_id: int | None = None) -> None:
+    def cancel(self, job_id: int, step_id: int | None = None) -> None:
         with contextlib.suppress(SlurmError):
-            await self._run(slurm_argv.build_scancel_argv(job_id, step_id=step_id),
-                            timeout_s=15)
+            self._run(slurm_argv.build_scancel_argv(job_id, step_id=step_id), timeout_s=15)
 
     # ---- the container step -----------------------------------------------------------------
-    async def launch_step(self, req: StepRequest) -> Step:
-        version = await self._slurm_version()
+    def launch_step(self, req: StepRequest) -> Step:
+        version = self._slurm_version()
         argv = slurm_argv.build_srun_argv(
             job_id=req.job_id, container_id=req.container_id, bundle=req.bundle,
             args=req.args, step_opts=req.step_opts, srun_path=self._srun,
@@ -288,14 +318,14 @@ class CliSlurm:
             # slurmstepd enters srun's directory for the step: the job's, not one the
             # user cannot enter
             kwargs["cwd"] = self._job_dir or _salloc_cwd([])
-            return await asyncio.create_subprocess_exec(*argv, env=req.env, **kwargs)  # type: ignore[arg-type]
+            return SrunStep(subprocess.Popen(argv, env=req.env, **kwargs))  # type: ignore[call-overload]
         except OSError as exc:
             raise StepLaunchFailed(f"cannot run {argv[0]}: {exc.strerror}") from exc
 
-    async def step_id(self, job_id: int, alive: Callable[[], bool]) -> int | None:
+    def step_id(self, job_id: int, alive: Callable[[], bool]) -> int | None:
         for _ in range(STEP_ID_ATTEMPTS):
             try:
-                res = await self._run(slurm_argv.build_step_list_argv(job_id), timeout_s=15)
+                res = self._run(slurm_argv.build_step_list_argv(job_id), timeout_s=15)
             except SlurmError:
                 return None
             ids = parse.parse_step_ids(res.text, JOB_NAME)
@@ -303,21 +333,21 @@ class CliSlurm:
                 return max(ids)
             if not alive():
                 return None
-            await asyncio.sleep(0.1)
+            time.sleep(0.1)
         return None
 
-    async def signal(self, job_id: int, step_id: int | None, sig: int, env: dict[str, str],
-                     alive: Callable[[], bool]) -> None:
+    def signal(self, job_id: int, step_id: int | None, sig: int, env: dict[str, str],
+               alive: Callable[[], bool]) -> None:
         argv = self.signal_argv(job_id, step_id, sig, parse.max_tasks_per_node(
             env.get("SLURM_TASKS_PER_NODE", "1")))
         if argv is not None:
             for _attempt in range(RUNTIME_SIGNAL_ATTEMPTS):
-                res = await self._run(argv, env=env)
+                res = self._run(argv, env=env)
                 if res.status == 0 or not alive():
                     return
-                await asyncio.sleep(0.25)
+                time.sleep(0.25)
         with contextlib.suppress(SlurmError):
-            await self._run(slurm_argv.build_scancel_argv(job_id, signal=sig, step_id=step_id))
+            self._run(slurm_argv.build_scancel_argv(job_id, signal=sig, step_id=step_id))
 
     def signal_argv(self, job_id: int, step_id: int | None, sig: int,
                     tasks_per_node: int = 1) -> list[str] | None:
@@ -346,28 +376,52 @@ class CliSlurm:
     # ---- plumbing ---------------------------------------------------------------------------
     def _start_version_probe(self) -> None:
         """Learn the Slurm version (for --container-id) while the job is allocated."""
-        if self._version is None:
-            self._version = asyncio.create_task(self._probe_version())
+        if self._version_known is None:
+            known = self._version_known = threading.Event()
 
-    async def _slurm_version(self) -> tuple[int, int]:
+            def probe() -> None:
+                self._version = self._probe_version()
+                known.set()
+
+            threading.Thread(target=probe, name="scrun-version", daemon=True).start()
+
+    def _slurm_version(self) -> tuple[int, int]:
         self._start_version_probe()
-        assert self._version is not None
-        return await self._version
+        assert self._version_known is not None
+        self._version_known.wait()
+        return self._version
 
-    async def _probe_version(self) -> tuple[int, int]:
+    def _probe_version(self) -> tuple[int, int]:
         try:
-            res = await self._run(slurm_argv.build_version_argv(self._srun), timeout_s=15)
+            res = self._run(slurm_argv.build_version_argv(self._srun), timeout_s=15)
         except SlurmError:
             return OLDEST
         version = parse.parse_version(res.text)
         return version if res.status == 0 and version else OLDEST
 
     @staticmethod
-    async def _run(argv: Sequence[str], env: dict[str, str] | None = None,
-                   timeout_s: float = 30.0) -> procs.Result:
-        res = await procs.run_async(argv, env=env, timeout_s=timeout_s)
+    def _run(argv: Sequence[str], env: dict[str, str] | None = None,
+             timeout_s: float = 30.0) -> procs.Result:
+        res = procs.run(argv, env=env, timeout_s=timeout_s)
         if res.error:
             raise SlurmError(f"cannot run {argv[0]}: {res.error}")
         if res.timed_out:
             raise SlurmError(f"{argv[0]} timed out after {timeout_s:g}s")
         return res
+
+
+def _close_pipes(proc: subprocess.Popen[bytes]) -> None:
+    for pipe in (proc.stdin, proc.stdout):
+        if pipe is not None:
+            with contextlib.suppress(OSError, ValueError):
+                pipe.close()
+
+
+def _job_env(buf: bytes) -> dict[str, str]:
+    """The job environment salloc's command printed (NUL-separated) before READY_MARKER."""
+    env: dict[str, str] = {}
+    for entry in buf.split(slurm_argv.READY_MARKER, 1)[0].split(b"\0"):
+        name, sep, value = entry.decode(errors="replace").partition("=")
+        if sep:
+            env[name] = value
+    return env

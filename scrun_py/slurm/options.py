@@ -125,14 +125,13 @@ def flag_is_set(value: str) -> bool:
 class JobOptions:
     alloc: list[str] = field(default_factory=list)
     step: list[str] = field(default_factory=list)
+    # read and not applied: never dropped silently, the anchor logs `ignored_warning` for each
+    ignored: list[str] = field(default_factory=list)
 
 
-def _ignore(name: str) -> None:
-    """Not dropped silently: one warning in the anchor's log naming the variable and why."""
-    import structlog
-
-    structlog.get_logger().warning(f"{name} is ignored: {IGNORED.get(name, 'not supported')}",
-                                   variable=name)
+def ignored_warning(name: str) -> str:
+    """The warning naming an ignored variable and why."""
+    return f"{name} is ignored: {IGNORED.get(name, 'not supported')}"
 
 
 def job_options(environ: dict[str, str]) -> JobOptions:
@@ -146,14 +145,14 @@ def job_options(environ: dict[str, str]) -> JobOptions:
             continue
         opt, value = SCRUN_OPTIONS[name], environ[name]
         if name == "SCRUN_JOB_NAME":
-            _ignore(name)
+            out.ignored.append(name)
             continue
         if name in ("SCRUN_REMOTE_CWD", "SCRUN_WORKING_DIR"):
             continue
         if name in ("SCRUN_REQ_SWITCH", "SCRUN_WAIT4SWITCH"):
             continue
         if opt.where == "removed":
-            _ignore(name)
+            out.ignored.append(name)
             continue
         target = out.alloc if opt.where == "alloc" else out.step
         if name == "SCRUN_EXCLUSIVE" and value.strip().lower() in _EXCLUSIVE_VALUES:

@@ -3,14 +3,14 @@ with helpers to drive it into each phase and to fire each event the real way."""
 
 from __future__ import annotations
 
-import asyncio
 import json
+import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from scrun_py import spool
+from scrun_py import logs, spool
 from scrun_py.anchor.container import Container
 from scrun_py.anchor.lifecycle import Ev, Lifecycle
 from scrun_py.anchor.spec import AnchorSpec, BundleInfo, ConfigInfo, ProcessInfo
@@ -41,7 +41,7 @@ class Harness:
                                             process=ProcessInfo(args=["true"])))
         self.fake = FakeSlurm()
         self.hooks = FakeHooks()
-        self.box = Container(spec, info, self.hooks, dict(environ or {}))
+        self.box = Container(spec, info, self.hooks, dict(environ or {}), quiet_logger())
         self.lc = Lifecycle(self.box, self.fake, JobOptions(alloc=["-p", "debug"]), None)
         self.results: list[Any] = []  # what background requests returned or raised
 
@@ -53,69 +53,71 @@ class Harness:
     def took(self, phase: Phase, event: Event) -> bool:
         return any(p is phase and e is event for p, e, _ in self.lc.trace)
 
-    async def until(self, cond: Callable[[], bool], what: str = "") -> None:
+    def until(self, cond: Callable[[], bool], what: str = "") -> None:
         deadline = time.monotonic() + TIMEOUT_S
         while not cond():
             if time.monotonic() > deadline:
                 raise AssertionError(f"timed out waiting for {what or cond}; "
                                      f"phase {self.lc.phase}, trace {self.lc.trace}")
-            await asyncio.sleep(0.001)
+            time.sleep(0.001)
 
-    def bg(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[None]:
-        """Run a request in the background; keep its result or ScrunError."""
-        async def run() -> None:
+    def bg(self, work: Callable[[], Any]) -> threading.Thread:
+        """Run a request in a background thread; keep its result or ScrunError."""
+        def run() -> None:
             try:
-                self.results.append(await work)
+                self.results.append(work())
             except ScrunError as exc:
                 self.results.append(exc)
 
-        return asyncio.create_task(run())
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        return thread
 
     # ---- driving -----------------------------------------------------------------------------
-    async def created(self) -> None:
-        assert await self.lc.create() is None
+    def created(self) -> None:
+        assert self.lc.create() is None
 
-    async def drive(self, phase: Phase, event: Event | None = None) -> None:
+    def drive(self, phase: Phase, event: Event | None = None) -> None:
         """Bring the lifecycle into `phase` (the way depends on the event to come)."""
         lc, fake = self.lc, self.fake
         start = len(lc.trace)
         if phase is Phase.CREATING and event is Event.JOB_ENDED:
             self.hooks.hang.add("stage_in")  # the job is watched once allocated
-            self.bg(lc.create())
-            await self.until(lambda: "stage_in" in self.hooks.calls, "stage_in")
+            self.bg(lc.create)
+            self.until(lambda: "stage_in" in self.hooks.calls, "stage_in")
         elif phase is Phase.CREATING:
             fake.hold("allocate")
-            self.bg(lc.create())
-            await self.until(lambda: "allocate" in fake.names(), "allocation")
+            self.bg(lc.create)
+            self.until(lambda: "allocate" in fake.names(), "allocation")
         elif phase is Phase.CREATED:
-            await self.created()
+            self.created()
         elif phase is Phase.STARTING:
-            await self.created()
+            self.created()
             fake.hold("launch_step")
-            self.bg(lc.start())
-            await self.until(lambda: "launch_step" in fake.names(), "launch")
+            self.bg(lc.start)
+            self.until(lambda: "launch_step" in fake.names(), "launch")
         elif phase is Phase.RUNNING:
-            await self.created()
-            assert fake.job_id == await lc.start()
+            self.created()
+            assert fake.job_id == lc.start()
         elif phase is Phase.STOPPING and event is Event.STEP_EXITED:
-            await self.drive(Phase.RUNNING)
+            self.drive(Phase.RUNNING)
             fake.ignore_signals = True
             self.signal_anchor()
         elif phase is Phase.STOPPING and event is Event.CREATE_FAILED:
-            await self.drive(Phase.CREATING)
-            self.bg(lc.kill(15))
+            self.drive(Phase.CREATING)
+            self.bg(lambda: lc.kill(15))
         elif phase is Phase.STOPPING and event is Event.CLEANED:
-            await self.created()
+            self.created()
             fake.hold("release")
-            self.bg(lc.kill(15))
+            self.bg(lambda: lc.kill(15))
         elif phase is Phase.STOPPING:
-            await self.drive(Phase.STARTING)  # the launch is held: nothing ends yet
-            self.bg(lc.kill(15))
+            self.drive(Phase.STARTING)  # the launch is held: nothing ends yet
+            self.bg(lambda: lc.kill(15))
         elif phase is Phase.STOPPED:
-            await self.created()
-            await lc.kill(15)
-            await lc.wait_stopped()
-        await self.until(lambda: lc.phase is phase or any(
+            self.created()
+            lc.kill(15)
+            lc.wait_stopped()
+        self.until(lambda: lc.phase is phase or any(
             nxt is phase for _, _, nxt in lc.trace[start:]), f"phase {phase}")
 
     def signal_anchor(self, sig: int = 15) -> None:
@@ -136,7 +138,7 @@ class Harness:
                 fake.open("allocate")
             # else: the interrupted create reports it by itself
         elif event is Event.START:
-            self.bg(lc.start())
+            self.bg(lc.start)
         elif event is Event.LAUNCHED:
             fake.open("launch_step")
         elif event is Event.LAUNCH_FAILED:
@@ -148,11 +150,11 @@ class Harness:
         elif event is Event.JOB_ENDED:
             fake.ended.set()
         elif event is Event.KILL:
-            self.bg(lc.kill(15))
+            self.bg(lambda: lc.kill(15))
         elif event is Event.KILL_HARMLESS:
-            self.bg(lc.kill(28))  # WINCH
+            self.bg(lambda: lc.kill(28))  # WINCH
         elif event in (Event.DELETE, Event.DELETE_FORCE):
-            self.bg(lc.delete(event is Event.DELETE_FORCE))
+            self.bg(lambda: lc.delete(event is Event.DELETE_FORCE))
         elif event is Event.ANCHOR_SIGNAL:
             self.signal_anchor()
         elif event is Event.TIME_LIMIT:  # the timer itself: test_time_limit_*
@@ -160,7 +162,7 @@ class Harness:
         elif event is Event.CLEANED:
             fake.open("release")
 
-    async def finish(self) -> int:
+    def finish(self) -> int:
         """Let everything end; the lifecycle must reach STOPPED from wherever it is."""
         lc, fake = self.lc, self.fake
         fake.fail.clear()
@@ -172,12 +174,35 @@ class Harness:
         while lc.phase is not Phase.STOPPED:
             assert time.monotonic() < deadline, f"stuck in {lc.phase}: {lc.trace}"
             if lc.phase is Phase.CREATED:
-                self.bg(lc.kill(9))
+                self.bg(lambda: lc.kill(9))
             elif fake.step is not None and fake.step.returncode is None:
                 fake.step.exit(0)
-            await asyncio.sleep(0.005)
-        return await lc.wait_stopped()
+            time.sleep(0.005)
+        return lc.wait_stopped()
 
 
-def run(test: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    asyncio.run(asyncio.wait_for(test(), 60))
+def quiet_logger() -> logs.Logger:
+    """Only errors, on stderr (pytest shows them for a failing test)."""
+    return logs.Logger(logs.Sinks(stderr_level=logs.LEVELS["error"],
+                                  file_level=logs.LEVELS["quiet"],
+                                  syslog_level=logs.LEVELS["quiet"], log_path=None,
+                                  log_format="json"))
+
+
+def run(test: Callable[[], None]) -> None:
+    """Run a test body in a thread of its own, failing it after 60 s."""
+    failure: list[BaseException] = []
+
+    def body() -> None:
+        try:
+            test()
+        except BaseException as exc:  # handed to the test's thread
+            failure.append(exc)
+
+    thread = threading.Thread(target=body, daemon=True)
+    thread.start()
+    thread.join(60)
+    if thread.is_alive():
+        raise AssertionError("the test body did not finish within 60 s")
+    if failure:
+        raise failure[0]

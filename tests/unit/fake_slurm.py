@@ -8,25 +8,35 @@ exits when a test says so, or on a signal whose default action ends a process.
 
 from __future__ import annotations
 
-import asyncio
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from scrun_py.anchor.table import FATAL_BY_DEFAULT
 from scrun_py.hooks.lua import HookContext
 from scrun_py.slurm.backend import Allocation, JobInfo, StepRequest
+from scrun_py.threads import Cancel, Cancelled
+
+GATE_TIMEOUT_S = 60.0  # a held call never outlives a test
+
+
+def _wait(ev: threading.Event, cancel: Cancel | None) -> None:
+    """Until `ev` or `cancel` is set (at most GATE_TIMEOUT_S)."""
+    deadline = time.monotonic() + GATE_TIMEOUT_S
+    while not ev.wait(0.002) and time.monotonic() < deadline:
+        if cancel is not None and cancel.is_set():
+            return
 
 
 class FakeStep:
     def __init__(self) -> None:
         self.pid = 4242
         self.returncode: int | None = None
-        self._done = asyncio.Event()
+        self._done = threading.Event()
 
-    async def wait(self) -> int:
-        await self._done.wait()
-        assert self.returncode is not None
+    def wait(self, timeout_s: float | None = None) -> int | None:
+        self._done.wait(timeout_s)
         return self.returncode
 
     def exit(self, returncode: int) -> None:
@@ -43,8 +53,8 @@ class FakeSlurm:
         self.job_id = job_id
         self.calls: list[tuple[Any, ...]] = []
         self.fail: dict[str, BaseException] = {}
-        self.gates: dict[str, asyncio.Event] = {}
-        self.ended = asyncio.Event()  # the allocation ended (release, or a test)
+        self.gates: dict[str, threading.Event] = {}
+        self.ended = threading.Event()  # the allocation ended (release, or a test)
         self.revoked_flag = False
         self.end_time: float | None = None  # the job's time limit, as epoch seconds
         self.owner: tuple[int, int] | None = None
@@ -54,59 +64,64 @@ class FakeSlurm:
 
     # ---- test controls -------------------------------------------------------------------
     def hold(self, name: str) -> None:
-        self.gates[name] = asyncio.Event()
+        self.gates[name] = threading.Event()
 
     def open(self, name: str) -> None:
-        self.gates.setdefault(name, asyncio.Event()).set()
+        self.gates.setdefault(name, threading.Event()).set()
 
     def names(self) -> list[str]:
         return [c[0] for c in self.calls]
 
-    async def _call(self, name: str, *args: Any) -> None:
+    def _call(self, name: str, *args: Any, cancel: Cancel | None = None) -> None:
         self.calls.append((name, *args))
         gate = self.gates.get(name)
         if gate is not None:
-            await gate.wait()
+            _wait(gate, cancel)
+            if cancel is not None:
+                cancel.check()
         if name in self.fail:
             raise self.fail[name]
 
     # ---- SlurmBackend --------------------------------------------------------------------
-    async def allocate(self, opts: Sequence[str], env: dict[str, str],
-                       on_job_id: Callable[[int], None], timeout_s: float | None) -> Allocation:
+    def allocate(self, opts: Sequence[str], env: dict[str, str],
+                 on_job_id: Callable[[int], None], timeout_s: float | None,
+                 cancel: Cancel) -> Allocation:
         on_job_id(self.job_id)
-        await self._call("allocate", tuple(opts))
+        try:
+            self._call("allocate", tuple(opts), cancel=cancel)
+        except Cancelled:
+            self.calls.append(("cancel", self.job_id, None))  # as salloc's abort does
+            raise
         return Allocation(job_id=self.job_id, env={"SLURM_JOB_ID": str(self.job_id)},
                           owned=True)
 
-    async def attach(self, job_id: int, env: dict[str, str]) -> Allocation:
-        await self._call("attach", job_id)
+    def attach(self, job_id: int, env: dict[str, str]) -> Allocation:
+        self._call("attach", job_id)
         return Allocation(job_id=job_id, env=dict(env), owned=False)
 
-    async def wait_ended(self, alloc: Allocation) -> None:
-        if not alloc.owned:
-            await asyncio.Event().wait()
-        await self.ended.wait()
+    def wait_ended(self, alloc: Allocation, cancel: Cancel) -> None:
+        _wait(self.ended if alloc.owned else threading.Event(), cancel)
 
     def revoked(self, alloc: Allocation) -> bool:
         return self.revoked_flag
 
-    async def job_info(self, job_id: int) -> JobInfo | None:
-        await self._call("job_info", job_id)
+    def job_info(self, job_id: int) -> JobInfo | None:
+        self._call("job_info", job_id)
         uid, gid = self.owner or (None, None)
         return JobInfo(end_time=self.end_time, uid=uid, gid=gid)
 
-    async def launch_step(self, req: StepRequest) -> FakeStep:
+    def launch_step(self, req: StepRequest) -> FakeStep:
         self.launches.append(req)
-        await self._call("launch_step", req.job_id)
+        self._call("launch_step", req.job_id)
         self.step = FakeStep()
         return self.step
 
-    async def step_id(self, job_id: int, alive: Callable[[], bool]) -> int | None:
+    def step_id(self, job_id: int, alive: Callable[[], bool]) -> int | None:
         return 0
 
-    async def signal(self, job_id: int, step_id: int | None, sig: int, env: dict[str, str],
+    def signal(self, job_id: int, step_id: int | None, sig: int, env: dict[str, str],
                      alive: Callable[[], bool]) -> None:
-        await self._call("signal", sig)
+        self._call("signal", sig)
         if self.step is not None and not self.ignore_signals and sig in FATAL_BY_DEFAULT:
             self.step.exit(-sig)
 
@@ -117,11 +132,11 @@ class FakeSlurm:
     def command_argv(self, job_id: int, command: str) -> list[str]:
         return ["on-nodes", str(job_id), command]
 
-    async def cancel(self, job_id: int, step_id: int | None = None) -> None:
-        await self._call("cancel", job_id, step_id)
+    def cancel(self, job_id: int, step_id: int | None = None) -> None:
+        self._call("cancel", job_id, step_id)
 
-    async def release(self, alloc: Allocation, exit_code: int, timeout_s: float) -> None:
-        await self._call("release", exit_code)
+    def release(self, alloc: Allocation, exit_code: int, timeout_s: float) -> None:
+        self._call("release", exit_code)
         self.ended.set()
 
 

@@ -1,26 +1,31 @@
-"""The anchor process end to end in-process: `_amain` with the fake Slurm backend, the
-readiness pipe, the control socket (through the real client) and its signal handlers."""
+"""The anchor process end to end in-process: `_run` with the fake Slurm backend, the
+readiness pipe, the control socket (through the real client) and its signal handlers.
+
+The anchor runs in the test's (main) thread, where Python delivers signals; the
+engine's side (readiness pipe, requests) runs in a second thread."""
 
 # Expected value first, as everywhere in our tests (hence SIM300 is off for tests/).
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import socket
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from scrun_py import client, logs, spool
+from scrun_py import client, spool
 from scrun_py.anchor import __main__ as anchor_main
 from scrun_py.anchor import readiness
+from scrun_py.anchor.signals import HANDLED
 from scrun_py.anchor.spec import AnchorSpec, BundleInfo, ConfigInfo, ProcessInfo
 from scrun_py.errors import AllocationFailed, ContainerStillRunning, ProtocolError
 from scrun_py.slurm import cli_backend
+from tests.unit.anchor_harness import quiet_logger
 from tests.unit.fake_slurm import FakeSlurm
 
 CID = "c1"
@@ -30,7 +35,6 @@ CID = "c1"
 def fake(monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
     backend = FakeSlurm()
     monkeypatch.setattr(cli_backend, "CliSlurm", lambda **_kw: backend)
-    monkeypatch.setattr(logs, "configure_structlog", lambda *_a, **_kw: None)
     for var in ("SLURM_JOB_ID", "SCRUN_PY_LUA", "SCRUN_PY_ALLOC_TIMEOUT"):
         monkeypatch.delenv(var, raising=False)
     return backend
@@ -66,6 +70,39 @@ def request(root: Path, kind: str, **fields: Any) -> dict[str, Any]:
     return client.request(root, CID, kind, timeout_s=5, **fields)
 
 
+@pytest.fixture(autouse=True)
+def signal_handlers() -> Iterator[None]:
+    """The anchor installs its handlers in this process: put pytest's back."""
+    saved = {sig: signal.getsignal(sig) for sig in HANDLED}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+
+
+def run_anchor(spec: AnchorSpec, engine: Callable[[], None] | None = None) -> int:
+    """The anchor in this thread, `engine` beside it; the anchor's exit code (and what
+    `engine` raised, re-raised)."""
+    failure: list[BaseException] = []
+
+    def side() -> None:
+        try:
+            assert engine is not None
+            engine()
+        except BaseException as exc:  # re-raised in the test's thread
+            failure.append(exc)
+            os.kill(os.getpid(), signal.SIGTERM)  # the anchor must not wait for ever
+
+    thread = threading.Thread(target=side, daemon=True) if engine else None
+    if thread is not None:
+        thread.start()
+    rc = anchor_main._run(spec, quiet_logger())
+    if thread is not None:
+        thread.join(10)
+    if failure:
+        raise failure[0]
+    return rc
+
+
 class TestAnchorProcess:
     def test_lifecycle_over_the_socket(self, tmp_path: Path, fake: FakeSlurm,
                                        pipe: tuple[int, int]) -> None:
@@ -74,24 +111,22 @@ class TestAnchorProcess:
         spec = make_spec(tmp_path, pipe[1], runtime_kill="crun kill %n.%u.%j.%s.%t")
         root = Path(spec.root)
 
-        async def body() -> None:
-            anchor = asyncio.create_task(anchor_main._amain(spec))
-            ready = await asyncio.to_thread(readiness.read_result, pipe[0], 5)
+        def engine() -> None:
+            ready = readiness.read_result(pipe[0], 5)
             assert ready is not None
             assert (True, os.getpid()) == (ready["ok"], ready["pid"])
-            state = await asyncio.to_thread(request, root, "state")
+            state = request(root, "state")
             assert ("created", 77) == (state["status"], state["job_id"])
-            assert 77 == (await asyncio.to_thread(request, root, "start"))["job_id"]
-            await asyncio.to_thread(request, root, "kill", signal=0)
+            assert 77 == request(root, "start")["job_id"]
+            request(root, "kill", signal=0)
             with pytest.raises(ContainerStillRunning, match="not stopped: running"):
-                await asyncio.to_thread(request, root, "delete", force=False)
+                request(root, "delete", force=False)
             with pytest.raises(ProtocolError, match="invalid signal"):
-                await asyncio.to_thread(request, root, "kill", signal=99)
+                request(root, "kill", signal=99)
             assert fake.step is not None
             fake.step.exit(7)
-            assert 7 == await anchor
 
-        asyncio.run(body())
+        assert 7 == run_anchor(spec, engine)
         assert not (root / CID / spool.SOCKET_NAME).exists()
 
     def test_signal_to_the_anchor(self, tmp_path: Path, fake: FakeSlurm,
@@ -100,13 +135,11 @@ class TestAnchorProcess:
         stops the container with 143."""
         spec = make_spec(tmp_path, pipe[1])
 
-        async def body() -> None:
-            anchor = asyncio.create_task(anchor_main._amain(spec))
-            await asyncio.to_thread(readiness.read_result, pipe[0], 5)
+        def engine() -> None:
+            readiness.read_result(pipe[0], 5)
             os.kill(os.getpid(), signal.SIGTERM)
-            assert 143 == await anchor
 
-        asyncio.run(body())
+        assert 143 == run_anchor(spec, engine)
 
     def test_create_fails(self, tmp_path: Path, fake: FakeSlurm,
                           pipe: tuple[int, int]) -> None:
@@ -114,7 +147,7 @@ class TestAnchorProcess:
         and the container dir is gone."""
         fake.fail["allocate"] = AllocationFailed("job allocation failed: bad partition")
         spec = make_spec(tmp_path, pipe[1])
-        assert 1 == asyncio.run(anchor_main._amain(spec))
+        assert 1 == run_anchor(spec)
         result = readiness.read_result(pipe[0], 5)
         assert {"ok": False, "kind": "AllocationFailed",
                 "message": "job allocation failed: bad partition"} == result
@@ -127,7 +160,7 @@ class TestAnchorProcess:
                                             monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv("SCRUN_PY_ALLOC_TIMEOUT", value)
         spec = make_spec(tmp_path, pipe[1])
-        assert 1 == asyncio.run(anchor_main._amain(spec))
+        assert 1 == run_anchor(spec)
         result = readiness.read_result(pipe[0], 5)
         assert result is not None
         assert ("ScrunError", message) == (result["kind"], result["message"])
@@ -143,7 +176,7 @@ class TestAnchorProcess:
         saved = os.dup(0)
         os.dup2(r, 0)
         try:
-            assert 1 == asyncio.run(anchor_main._amain(spec))
+            assert 1 == run_anchor(spec)
         finally:
             os.dup2(saved, 0)
             for fd in (saved, r, w):
@@ -173,21 +206,19 @@ class TestAnchorProcess:
                 msg, fds, _flags, _addr = socket.recv_fds(conn, 1024, 1)
             return msg, fds
 
-        async def body() -> None:
-            anchor = asyncio.create_task(anchor_main._amain(spec))
-            msg, fds = await asyncio.to_thread(receive)
+        def engine() -> None:
+            msg, fds = receive()
             assert msg.startswith(b"/dev/pts/")
             assert 1 == len(fds)
             os.close(fds[0])
-            await asyncio.to_thread(readiness.read_result, pipe[0], 5)
-            await asyncio.to_thread(request, Path(spec.root), "start")
+            readiness.read_result(pipe[0], 5)
+            request(Path(spec.root), "start")
             assert fake.launches[0].pty
             assert fake.launches[0].pty_slave is not None
             assert fake.step is not None
             fake.step.exit(0)
-            assert 0 == await anchor
 
         try:
-            asyncio.run(body())
+            assert 0 == run_anchor(spec, engine)
         finally:
             listener.close()

@@ -5,8 +5,8 @@ their argv: what it runs for each call, and how it reads the answers (22.05 and 
 
 from __future__ import annotations
 
-import asyncio
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -15,6 +15,7 @@ from scrun_py.errors import AllocationFailed, StepLaunchFailed
 from scrun_py.slurm import cli_backend
 from scrun_py.slurm.backend import StepRequest
 from scrun_py.slurm.cli_backend import CliSlurm
+from scrun_py.threads import Cancel, Cancelled
 
 SALLOC = """#!/bin/sh
 echo "salloc $*" >> "$LOG"
@@ -77,26 +78,26 @@ def backend(bin_dir: Path, kill: str | None = KILL) -> CliSlurm:
 class TestAllocation:
     def test_allocate_release(self, bin_dir: Path) -> None:
         """The holder reports the job env, then exits with the code release sends."""
-        async def body() -> None:
+        def body() -> None:
             slurm = backend(bin_dir)
             seen: list[int] = []
-            alloc = await slurm.allocate(["-p", "debug"], dict(os.environ), seen.append, 10)
+            alloc = slurm.allocate(["-p", "debug"], dict(os.environ), seen.append, 10, Cancel())
             assert (55, "55", True, [55]) == (alloc.job_id, alloc.env["SLURM_JOB_ID"],
                                               alloc.owned, seen)
             assert not slurm.revoked(alloc)
-            await slurm.release(alloc, 3, 10)
-            await asyncio.wait_for(slurm.wait_ended(alloc), 5)
+            slurm.release(alloc, 3, 10)
+            slurm.wait_ended(alloc, Cancel())
             assert slurm.revoked(alloc)  # the holder has gone
             assert "salloc: Granted job allocation 55" in alloc.messages
 
-        asyncio.run(body())
+        body()
         assert logged(bin_dir)[0].startswith("salloc --job-name=scrun -p debug -- /bin/sh -c")
 
     def test_failure_names_slurm_errors(self, bin_dir: Path,
                                         monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv("SALLOC_FAIL", "1")
         with pytest.raises(AllocationFailed) as info:
-            asyncio.run(backend(bin_dir).allocate([], dict(os.environ), lambda _j: None, 10))
+            backend(bin_dir).allocate([], dict(os.environ), lambda _j: None, 10, Cancel())
         assert ("job allocation failed: salloc: error: spank: required plugin gate.so: "
                 "init_post_opt() failed; Job submit/allocate failed: Invalid partition name "
                 "specified") == str(info.value)
@@ -105,28 +106,38 @@ class TestAllocation:
                                      monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv("SALLOC_HANG", "1")
         with pytest.raises(AllocationFailed, match=r"not granted within 0.3s \(salloc: Granted"):
-            asyncio.run(backend(bin_dir).allocate([], dict(os.environ), lambda _j: None, 0.3))
+            backend(bin_dir).allocate([], dict(os.environ), lambda _j: None, 0.3, Cancel())
+        assert "scancel 55" == logged(bin_dir)[-1]
+
+    def test_cancel_withdraws_the_request(self, bin_dir: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+        """A stop request while the job is pending: salloc is stopped, its job cancelled."""
+        monkeypatch.setenv("SALLOC_HANG", "1")
+        cancel = Cancel()
+        threading.Timer(0.3, cancel.set).start()
+        with pytest.raises(Cancelled):
+            backend(bin_dir).allocate([], dict(os.environ), lambda _j: None, None, cancel)
         assert "scancel 55" == logged(bin_dir)[-1]
 
     def test_missing_salloc(self, tmp_path: Path) -> None:
         with pytest.raises(AllocationFailed, match="cannot run salloc"):
-            asyncio.run(CliSlurm(salloc=str(tmp_path / "nope")).allocate(
-                [], {}, lambda _j: None, 1))
+            CliSlurm(salloc=str(tmp_path / "nope")).allocate([], {}, lambda _j: None, 1,
+                                                             Cancel())
 
     @pytest.mark.parametrize(("state", "ok"), [("RUNNING", True), ("PENDING", False)])
     def test_attach(self, bin_dir: Path, monkeypatch: pytest.MonkeyPatch, state: str,
                     ok: bool) -> None:
         monkeypatch.setenv("JOB_STATE", state)
-        work = backend(bin_dir).attach(12, {"SLURM_JOB_ID": "12"})
+        slurm = backend(bin_dir)
         if ok:
-            assert not asyncio.run(work).owned
+            assert not slurm.attach(12, {"SLURM_JOB_ID": "12"}).owned
         else:
             with pytest.raises(AllocationFailed, match=r"SLURM_JOB_ID=12 is not a running "
                                                        r"job \(PENDING\)"):
-                asyncio.run(work)
+                slurm.attach(12, {"SLURM_JOB_ID": "12"})
 
     def test_job_info(self, bin_dir: Path) -> None:
-        info = asyncio.run(backend(bin_dir).job_info(55))
+        info = backend(bin_dir).job_info(55)
         assert info is not None
         assert (1001, 1002) == (info.uid, info.gid)
         assert info.end_time is not None
@@ -141,11 +152,11 @@ class TestStep:
         req = StepRequest(job_id=55, container_id="c1", bundle="/b", args=["true"],
                           env=dict(os.environ), stdio=(0, 1, 2))
 
-        async def body() -> None:
-            step = await backend(bin_dir).launch_step(req)
-            assert 0 == await step.wait()
+        def body() -> None:
+            step = backend(bin_dir).launch_step(req)
+            assert 0 == step.wait()
 
-        asyncio.run(body())
+        body()
         line = logged(bin_dir)[-1]
         assert line.startswith("srun --jobid=55 --job-name=scrun --no-kill --quiet")
         assert flag == ("--container-id=c1" in line)
@@ -153,23 +164,23 @@ class TestStep:
     def test_launch_fails(self, tmp_path: Path) -> None:
         req = StepRequest(job_id=1, container_id="c1", bundle="/b", args=["true"], env={})
         with pytest.raises(StepLaunchFailed, match="cannot run"):
-            asyncio.run(CliSlurm(srun_path=str(tmp_path / "nope")).launch_step(req))
+            CliSlurm(srun_path=str(tmp_path / "nope")).launch_step(req)
 
     def test_step_id_and_signal_through_the_runtime(self, bin_dir: Path) -> None:
         """The newest `scrun` step; the signal runs RunTimeKill without -a in a helper step."""
-        async def body() -> None:
+        def body() -> None:
             slurm = backend(bin_dir)
-            assert 2 == await slurm.step_id(55, lambda: True)
-            await slurm.signal(55, 2, 10, dict(os.environ), lambda: True)
+            assert 2 == slurm.step_id(55, lambda: True)
+            slurm.signal(55, 2, 10, dict(os.environ), lambda: True)
 
-        asyncio.run(body())
+        body()
         assert logged(bin_dir)[-1].startswith(
             "srun --jobid=55 --job-name=scrun-signal --no-kill --quiet --ntasks-per-node=1 "
             "--overlap -- /bin/sh -c crun --root=/r kill ")
         assert logged(bin_dir)[-1].endswith('.55.2.0 10')
 
     def test_signal_without_runtime_kill_uses_scancel(self, bin_dir: Path) -> None:
-        asyncio.run(backend(bin_dir, kill=None).signal(55, 2, 15, {}, lambda: True))
+        backend(bin_dir, kill=None).signal(55, 2, 15, {}, lambda: True)
         assert ["scancel --signal=15 55.2"] == logged(bin_dir)
 
     def test_runtime_kill_retried_then_scancel(self, bin_dir: Path,
@@ -178,10 +189,10 @@ class TestStep:
         the step lives, then scancel --signal; a step that has gone needs nothing more."""
         monkeypatch.setenv("SRUN_RC", "1")
         monkeypatch.setattr(cli_backend, "RUNTIME_SIGNAL_ATTEMPTS", 3)
-        asyncio.run(backend(bin_dir).signal(55, 2, 10, dict(os.environ), lambda: True))
+        backend(bin_dir).signal(55, 2, 10, dict(os.environ), lambda: True)
         assert 3 == sum(ln.startswith("srun") for ln in logged(bin_dir))
         assert "scancel --signal=10 55.2" == logged(bin_dir)[-1]
-        asyncio.run(backend(bin_dir).signal(55, 2, 9, dict(os.environ), lambda: False))
+        backend(bin_dir).signal(55, 2, 9, dict(os.environ), lambda: False)
         assert logged(bin_dir)[-1].startswith("srun")
 
     def test_kill_and_command_argv(self, bin_dir: Path) -> None:
@@ -193,7 +204,7 @@ class TestStep:
         assert ["/bin/sh", "-c", "hostname"] == slurm.command_argv(55, "hostname")[-3:]
 
     def test_cancel(self, bin_dir: Path) -> None:
-        asyncio.run(backend(bin_dir).cancel(55, 0))
+        backend(bin_dir).cancel(55, 0)
         assert "scancel 55.0" == logged(bin_dir)[-1]
 
 

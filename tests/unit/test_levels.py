@@ -295,9 +295,10 @@ class TestSinks:
 
 
 class TestAnchorLevels:
-    def test_log_level_reaches_anchor(self, fresh_structlog: None, tmp_path: Path) -> None:
-        """--log-level rides in the anchor's spec; its logging setup applies it."""
-        from scrun_py.anchor.__main__ import _configure_logging
+    def test_log_level_reaches_anchor(self, tmp_path: Path) -> None:
+        """--log-level rides in the anchor's spec; its logger applies it, and its records
+        carry the anchor's fields first."""
+        from scrun_py.anchor.__main__ import _logger
         from scrun_py.anchor.spec import AnchorSpec
 
         spec = AnchorSpec(container_id="c1", root=str(tmp_path), orig_bundle="", pid_file="",
@@ -305,7 +306,39 @@ class TestAnchorLevels:
                           log_format="json", debug=False, verbosity=0, slurm_conf="",
                           ready_fd=-1, created="", log_level="debug3")
         spec = AnchorSpec.from_json(spec.to_json())
-        _configure_logging(spec, {})
-        sinks = next(p for p in structlog.get_config()["processors"]
-                     if isinstance(p, logs.Sinks))
+        log = _logger(spec, {})
+        sinks = log.sinks
         assert (8, 8, 100) == (sinks.stderr_level, sinks.file_level, sinks.syslog_level)
+        sinks.stderr_level = 100
+        log.info("hello", n=1)
+        logs.log_at(log, "debug4", "too deep")  # below debug3: not written
+        lines = (tmp_path / "log.json").read_text().splitlines()
+        assert 1 == len(lines)
+        record = json.loads(lines[0])
+        assert (["level", "msg", "time", "component", "container_id", "n"],
+                ("info", "hello", "anchor", "c1", 1)) == (
+            list(record), (record["level"], record["msg"], record["component"],
+                           record["container_id"], record["n"]))
+
+
+class TestLogger:
+    """The anchor's logger writes what structlog wrote, without structlog."""
+
+    def test_levels_exception_and_binding(self, tmp_path: Path) -> None:
+        path = tmp_path / "log.json"
+        log = logs.Logger(sinks_for({**DEFAULT, "file": logs.LEVELS["debug"]}, path),
+                          {"component": "anchor"}).bind(container_id="c1")
+        log.debug("d")
+        log.warning("w")
+        logs.log_at(log, "debug2", "below debug")
+        try:
+            raise ValueError("boom")
+        except ValueError:
+            log.exception("failed")
+        log.error("given", exc_info=RuntimeError("later"))
+        records = [json.loads(line) for line in path.read_text().splitlines()]
+        assert [("debug", "d"), ("warning", "w"), ("error", "failed"), ("error", "given")] == [
+            (r["level"], r["msg"]) for r in records]
+        assert all(("anchor", "c1") == (r["component"], r["container_id"]) for r in records)
+        assert records[2]["exception"].endswith("ValueError: boom")
+        assert records[3]["exception"].endswith("RuntimeError: later")

@@ -6,7 +6,6 @@ kill/delete/anchor signals in each phase).  No cluster, no subprocess."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 from pathlib import Path
@@ -28,7 +27,7 @@ from scrun_py.errors import (
     StepLaunchFailed,
 )
 from scrun_py.slurm.backend import StepRequest
-from tests.unit.anchor_harness import CID, Harness, run
+from tests.unit.anchor_harness import CID, TIMEOUT_S, Harness, run
 from tests.unit.fake_slurm import FakeStep
 
 TRANSITIONS = sorted(TABLE, key=lambda k: (list(Phase).index(k[0]), list(Event).index(k[1])))
@@ -40,14 +39,14 @@ class TestTable:
     def test_transition(self, tmp_path: Path, phase: Phase, event: Event) -> None:
         """Driven into `phase` and given `event` the real way, the lifecycle takes the
         table's transition, and from there still reaches STOPPED."""
-        async def body() -> None:
+        def body() -> None:
             h = Harness(tmp_path)
-            await h.drive(phase, event)
+            h.drive(phase, event)
             h.trigger(event)
-            await h.until(lambda: h.took(phase, event), f"{phase} x {event}")
+            h.until(lambda: h.took(phase, event), f"{phase} x {event}")
             taken = next(nxt for p, e, nxt in h.lc.trace if p is phase and e is event)
             assert TABLE[phase, event].next is taken
-            await h.finish()
+            h.finish()
 
         run(body)
 
@@ -61,12 +60,12 @@ class TestTable:
 
     def test_missing_pair_changes_nothing(self, tmp_path: Path) -> None:
         """An event the table has no row for (it cannot happen) is ignored."""
-        async def body() -> None:
+        def body() -> None:
             h = Harness(tmp_path)
-            await h.created()
+            h.created()
             assert (None, None) == h.lc.fire(Ev(Event.LAUNCHED))
             assert Phase.CREATED is h.lc.phase
-            await h.finish()
+            h.finish()
 
         run(body)
 
@@ -75,21 +74,21 @@ class TestCreate:
     def test_happy_path(self, tmp_path: Path) -> None:
         """create → start → exit 3: state.json, pid file, hooks and the job's end as the
         anchor has always done them."""
-        async def body() -> None:
+        def body() -> None:
             h = Harness(tmp_path)
-            await h.created()
+            h.created()
             st = h.state()
             assert ("created", 77, os.getpid()) == (st["status"], st["job_id"],
                                                     st["anchor_pid"])
             assert st["bundle"].endswith("/staged")  # stage_in's set_bundle_path
             assert str(os.getpid()) == h.pid_file.read_text()
             assert ("allocate", ("-p", "debug")) == h.fake.calls[0]
-            assert 77 == await h.lc.start()
+            assert 77 == h.lc.start()
             assert "running" == h.state()["status"]
             assert h.fake.launches[0].bundle.endswith("/staged")
             assert h.fake.step is not None
             h.fake.step.exit(3)
-            assert 3 == await h.lc.wait_stopped()
+            assert 3 == h.lc.wait_stopped()
             st = h.state()
             assert ("stopped", 3, 0) == (st["status"], st["exit_code"], st["anchor_pid"])
             assert ["stage_in", "stage_out"] == h.hooks.calls
@@ -101,34 +100,34 @@ class TestCreate:
 
     def test_allocation_fails(self, tmp_path: Path) -> None:
         """No job: create reports Slurm's error; no hook ran and no trace is left."""
-        async def body() -> None:
+        def body() -> None:
             h = Harness(tmp_path)
             h.fake.fail["allocate"] = AllocationFailed("job allocation failed: bad partition")
-            err = await h.lc.create()
+            err = h.lc.create()
             assert isinstance(err, AllocationFailed)
             assert [] == h.hooks.calls
             assert not h.dir.exists()
-            assert 1 == await h.lc.wait_stopped()
+            assert 1 == h.lc.wait_stopped()
             assert ("cancel", 77, None) == h.fake.calls[-1]  # the job id Slurm had given
 
         run(body)
 
     def test_existing_job(self, tmp_path: Path) -> None:
         """SLURM_JOB_ID: that job is used, never released, and left running."""
-        async def body() -> None:
+        def body() -> None:
             h = Harness(tmp_path, {"SLURM_JOB_ID": "12"})
-            await h.created()
+            h.created()
             assert (12, False) == (h.state()["job_id"], h.state()["owns_job"])
-            await h.lc.kill(15)
-            assert 143 == await h.lc.wait_stopped()
+            h.lc.kill(15)
+            assert 143 == h.lc.wait_stopped()
             assert [] == [c for c in h.fake.calls if c[0] in ("release", "cancel")]
 
         run(body)
 
     def test_existing_job_id_must_be_a_number(self, tmp_path: Path) -> None:
-        async def body() -> None:
+        def body() -> None:
             h = Harness(tmp_path, {"SLURM_JOB_ID": "12x"})
-            err = await h.lc.create()
+            err = h.lc.create()
             assert "SLURM_JOB_ID is not a job id: '12x'" == str(err)
             assert not h.dir.exists()
 
@@ -137,10 +136,10 @@ class TestCreate:
     def test_stage_in_fails(self, tmp_path: Path) -> None:
         """stage_in fails: stage_out still runs (it may undo a half stage_in), the job ends
         with 1 and every trace is removed."""
-        async def body() -> None:
+        def body() -> None:
             h = Harness(tmp_path)
             h.hooks.fail["stage_in"] = HookError("stage_in failed: no space")
-            err = await h.lc.create()
+            err = h.lc.create()
             assert "stage_in failed: no space" == str(err)
             assert ["stage_in", "stage_out"] == h.hooks.calls
             assert ("release", 1) == h.fake.calls[-1]
@@ -161,13 +160,13 @@ class TestCreate:
 
         monkeypatch.setattr(procs, "descendants", descendants)
 
-        async def body() -> None:
+        def body() -> None:
             h = Harness(tmp_path)
             h.hooks.hang.add("stage_in")
-            task = h.bg(h.lc.create())
-            await h.until(lambda: h.hooks.calls == ["stage_in"], "stage_in")
+            task = h.bg(h.lc.create)
+            h.until(lambda: h.hooks.calls == ["stage_in"], "stage_in")
             h.signal_anchor(2)
-            await task
+            task.join(TIMEOUT_S)
             assert "container creation interrupted: anchor signal 2" == str(h.results[0])
             assert ["stage_in"] == h.hooks.calls
             assert [os.getpid()] == killed
@@ -181,24 +180,24 @@ class TestCreate:
     def test_time_limit_during_create(self, tmp_path: Path) -> None:
         """A job whose time limit is already near when stage_in hangs: create fails
         naming the time limit."""
-        async def body() -> None:
+        def body() -> None:
             h = Harness(tmp_path)
             h.fake.end_time = time.time() + lifecycle.TIME_LIMIT_MARGIN_S
             h.hooks.hang.add("stage_in")
-            err = await h.lc.create()
+            err = h.lc.create()
             assert "container creation interrupted: time limit reached" == str(err)
             h.hooks.release.set()
 
         run(body)
 
     def test_job_ends_during_create(self, tmp_path: Path) -> None:
-        async def body() -> None:
+        def body() -> None:
             h = Harness(tmp_path)
             h.hooks.hang.add("stage_in")
-            task = h.bg(h.lc.create())
-            await h.until(lambda: h.hooks.calls == ["stage_in"], "stage_in")
+            task = h.bg(h.lc.create)
+            h.until(lambda: h.hooks.calls == ["stage_in"], "stage_in")
             h.fake.ended.set()
-            await task
+            task.join(TIMEOUT_S)
             assert ("container creation interrupted: the job ended while the container "
                     "was being created") == str(h.results[0])
             h.hooks.release.set()
@@ -210,14 +209,14 @@ class TestCreate:
         """In a user namespace the hooks see the job's uid/gid, not namespace root."""
         monkeypatch.setattr(procs, "in_user_namespace", lambda: True)
 
-        async def body() -> None:
+        def body() -> None:
             h = Harness(tmp_path)
             h.fake.owner = (1001, 1002)
-            await h.created()
+            h.created()
             assert h.box.ctx is not None
             assert (1001, 1002) == (h.box.ctx.user_id, h.box.ctx.group_id)
             assert "1001" == h.box.ctx.env["SCRUN_USER_ID"]
-            await h.finish()
+            h.finish()
 
         run(body)
 
@@ -225,55 +224,55 @@ class TestCreate:
 class TestStart:
     def test_start_twice_at_once(self, tmp_path: Path) -> None:
         """Two starts while the step launches: one launch, both answer the job id."""
-        async def body() -> None:
+        def body() -> None:
             h = Harness(tmp_path)
-            await h.created()
+            h.created()
             h.fake.hold("launch_step")
-            first, second = h.bg(h.lc.start()), h.bg(h.lc.start())
-            await h.until(lambda: h.lc.phase is Phase.STARTING)
+            first, second = h.bg(h.lc.start), h.bg(h.lc.start)
+            h.until(lambda: h.lc.phase is Phase.STARTING)
             h.fake.open("launch_step")
-            await first
-            await second
+            first.join(TIMEOUT_S)
+            second.join(TIMEOUT_S)
             assert [77, 77] == h.results
             assert 1 == h.fake.names().count("launch_step")
-            assert 77 == await h.lc.start()  # a third, once running
-            await h.finish()
+            assert 77 == h.lc.start()  # a third, once running
+            h.finish()
 
         run(body)
 
     def test_start_while_creating_and_after_stop(self, tmp_path: Path) -> None:
-        async def body() -> None:
+        def body() -> None:
             h = Harness(tmp_path)
-            await h.drive(Phase.CREATING)
+            h.drive(Phase.CREATING)
             with pytest.raises(ScrunError, match="still being created"):
-                await h.lc.start()
-            await h.finish()
+                h.lc.start()
+            h.finish()
             with pytest.raises(ScrunError, match="cannot start a container that has stopped"):
-                await h.lc.start()
+                h.lc.start()
 
         run(body)
 
     def test_launch_fails(self, tmp_path: Path) -> None:
         """srun cannot run: start reports why, the container stops with 1."""
-        async def body() -> None:
+        def body() -> None:
             h = Harness(tmp_path)
-            await h.created()
+            h.created()
             h.fake.fail["launch_step"] = StepLaunchFailed("cannot run srun: not found")
             with pytest.raises(StepLaunchFailed, match="cannot run srun"):
-                await h.lc.start()
-            assert 1 == await h.lc.wait_stopped()
+                h.lc.start()
+            assert 1 == h.lc.wait_stopped()
             assert ("stopped", 1) == (h.state()["status"], h.state()["exit_code"])
 
         run(body)
 
     def test_stop_while_launching_kills_the_step(self, tmp_path: Path) -> None:
         """A kill while srun starts: once launched, the step is killed (SIGKILL)."""
-        async def body() -> None:
+        def body() -> None:
             h = Harness(tmp_path)
-            await h.drive(Phase.STARTING)
-            await h.lc.kill(15)
+            h.drive(Phase.STARTING)
+            h.lc.kill(15)
             h.fake.open("launch_step")
-            assert 137 == await h.lc.wait_stopped()
+            assert 137 == h.lc.wait_stopped()
             assert [("signal", 9)] == [c for c in h.fake.calls if c[0] == "signal"]
 
         run(body)
@@ -284,11 +283,11 @@ class TestKill:
     def test_created_fatal_signal_stops_it(self, tmp_path: Path, sig: int, code: int) -> None:
         """As runc: a created container dies of a signal whose default action ends a
         process: stopped with 128+N, stage_out ran, the job ended with that code."""
-        async def body() -> None:
+        def body() -> None:
             h = Harness(tmp_path)
-            await h.created()
-            await h.lc.kill(sig)
-            assert code == await h.lc.wait_stopped()
+            h.created()
+            h.lc.kill(sig)
+            assert code == h.lc.wait_stopped()
             assert ("stopped", code) == (h.state()["status"], h.state()["exit_code"])
             assert ["stage_in", "stage_out"] == h.hooks.calls
             assert ("release", code) == h.fake.calls[-1]
@@ -299,39 +298,39 @@ class TestKill:
     @pytest.mark.parametrize("sig", [0, 17, 18, 23, 28, 19, 20])
     def test_created_harmless_signal_is_a_no_op(self, tmp_path: Path, sig: int) -> None:
         """0 and default-ignored (CHLD, CONT, URG, WINCH) or stop signals: still created."""
-        async def body() -> None:
+        def body() -> None:
             h = Harness(tmp_path)
-            await h.created()
-            await h.lc.kill(sig)
+            h.created()
+            h.lc.kill(sig)
             assert (Phase.CREATED, "created") == (h.lc.phase, h.state()["status"])
-            await h.finish()
+            h.finish()
 
         run(body)
 
     def test_running_signal_reaches_the_container(self, tmp_path: Path) -> None:
         """USR1 is delivered and the container decides (here: it traps and goes on);
         signal 0 asks nothing of Slurm."""
-        async def body() -> None:
+        def body() -> None:
             h = Harness(tmp_path)
-            await h.drive(Phase.RUNNING)
+            h.drive(Phase.RUNNING)
             h.fake.ignore_signals = True
-            await h.lc.kill(10)
-            await h.lc.kill(0)
+            h.lc.kill(10)
+            h.lc.kill(0)
             assert [("signal", 10)] == [c for c in h.fake.calls if c[0] == "signal"]
             assert Phase.RUNNING is h.lc.phase
             assert 0 == h.state()["step_id"]
             h.fake.ignore_signals = False
-            await h.lc.kill(15)
-            assert 143 == await h.lc.wait_stopped()
+            h.lc.kill(15)
+            assert 143 == h.lc.wait_stopped()
 
         run(body)
 
     def test_stopped_is_not_running(self, tmp_path: Path) -> None:
-        async def body() -> None:
+        def body() -> None:
             h = Harness(tmp_path)
-            await h.drive(Phase.STOPPED)
+            h.drive(Phase.STOPPED)
             with pytest.raises(ContainerNotRunning):
-                await h.lc.kill(15)
+                h.lc.kill(15)
 
         run(body)
 
@@ -340,11 +339,11 @@ class TestDelete:
     def test_created(self, tmp_path: Path) -> None:
         """delete of a created container (runc kills and deletes it): the job ends, the
         container dir is gone."""
-        async def body() -> None:
+        def body() -> None:
             h = Harness(tmp_path)
-            await h.created()
-            await h.lc.delete(False)
-            assert 137 == await h.lc.wait_stopped()
+            h.created()
+            h.lc.delete(False)
+            assert 137 == h.lc.wait_stopped()
             assert not h.dir.exists()
             assert ("release", 137) == h.fake.calls[-1]
 
@@ -352,25 +351,25 @@ class TestDelete:
 
     def test_running_without_force_is_refused(self, tmp_path: Path) -> None:
         """runc's message, and nothing happens to the container."""
-        async def body() -> None:
+        def body() -> None:
             h = Harness(tmp_path)
-            await h.drive(Phase.RUNNING)
+            h.drive(Phase.RUNNING)
             with pytest.raises(ContainerStillRunning) as info:
-                await h.lc.delete(False)
+                h.lc.delete(False)
             assert f"cannot delete container {CID} that is not stopped: running" == str(
                 info.value)
             assert (Phase.RUNNING, "running") == (h.lc.phase, h.state()["status"])
             assert "signal" not in h.fake.names()
-            await h.finish()
+            h.finish()
 
         run(body)
 
     def test_running_with_force(self, tmp_path: Path) -> None:
-        async def body() -> None:
+        def body() -> None:
             h = Harness(tmp_path)
-            await h.drive(Phase.RUNNING)
-            await h.lc.delete(True)
-            assert 137 == await h.lc.wait_stopped()
+            h.drive(Phase.RUNNING)
+            h.lc.delete(True)
+            assert 137 == h.lc.wait_stopped()
             assert not h.dir.exists()
             assert ("signal", 9) in h.fake.calls
 
@@ -382,34 +381,34 @@ class TestDelete:
         is cancelled and srun killed."""
         monkeypatch.setattr(lifecycle, "KILL_GRACE_S", 0.05)
 
-        async def body() -> None:
+        def body() -> None:
             h = Harness(tmp_path)
-            await h.drive(Phase.RUNNING)
+            h.drive(Phase.RUNNING)
             h.fake.ignore_signals = True
-            await h.lc.delete(True)
+            h.lc.delete(True)
             assert ("cancel", 77, 0) in h.fake.calls
             assert 137 == h.lc.result
 
         run(body)
 
     def test_stopped(self, tmp_path: Path) -> None:
-        async def body() -> None:
+        def body() -> None:
             h = Harness(tmp_path)
-            await h.drive(Phase.STOPPED)
-            await h.lc.delete(False)
-            await h.lc.delete(True)
+            h.drive(Phase.STOPPED)
+            h.lc.delete(False)
+            h.lc.delete(True)
 
         run(body)
 
     def test_during_stop_removes_the_dir(self, tmp_path: Path) -> None:
         """docker: `delete` while the container is stopping, then `delete --force`."""
-        async def body() -> None:
+        def body() -> None:
             h = Harness(tmp_path)
-            await h.drive(Phase.STOPPING, Event.CLEANED)
-            h.bg(h.lc.delete(False))
-            await h.until(lambda: h.took(Phase.STOPPING, Event.DELETE))
+            h.drive(Phase.STOPPING, Event.CLEANED)
+            h.bg(lambda: h.lc.delete(False))
+            h.until(lambda: h.took(Phase.STOPPING, Event.DELETE))
             h.fake.open("release")
-            await h.lc.wait_stopped()
+            h.lc.wait_stopped()
             assert not h.dir.exists()
 
         run(body)
@@ -417,38 +416,38 @@ class TestDelete:
 
 class TestAnchorSignal:
     def test_created(self, tmp_path: Path) -> None:
-        async def body() -> None:
+        def body() -> None:
             h = Harness(tmp_path)
-            await h.created()
+            h.created()
             h.signal_anchor(15)
-            assert 143 == await h.lc.wait_stopped()
+            assert 143 == h.lc.wait_stopped()
             assert ["stage_in", "stage_out"] == h.hooks.calls
 
         run(body)
 
     def test_running_kills_the_container(self, tmp_path: Path) -> None:
         """The exit code is the container's (here it dies of the SIGKILL)."""
-        async def body() -> None:
+        def body() -> None:
             h = Harness(tmp_path)
-            await h.drive(Phase.RUNNING)
+            h.drive(Phase.RUNNING)
             h.signal_anchor(15)
-            assert 137 == await h.lc.wait_stopped()
+            assert 137 == h.lc.wait_stopped()
             assert ("stopped", 137) == (h.state()["status"], h.state()["exit_code"])
 
         run(body)
 
     def test_second_signal_skips_stage_out(self, tmp_path: Path) -> None:
-        async def body() -> None:
+        def body() -> None:
             h = Harness(tmp_path)
-            await h.drive(Phase.RUNNING)
+            h.drive(Phase.RUNNING)
             h.fake.ignore_signals = True
             h.signal_anchor(15)
-            await h.until(lambda: h.lc.phase is Phase.STOPPING)
+            h.until(lambda: h.lc.phase is Phase.STOPPING)
             h.signal_anchor(15)
-            await h.until(lambda: h.took(Phase.STOPPING, Event.ANCHOR_SIGNAL))
+            h.until(lambda: h.took(Phase.STOPPING, Event.ANCHOR_SIGNAL))
             assert h.fake.step is not None
             h.fake.step.exit(-9)
-            assert 137 == await h.lc.wait_stopped()
+            assert 137 == h.lc.wait_stopped()
             assert ["stage_in"] == h.hooks.calls
 
         run(body)
@@ -458,50 +457,50 @@ class TestJobAndStep:
     def test_job_revoked_under_a_running_step(self, tmp_path: Path) -> None:
         """scancel while the step runs: srun exits 0 without the task's status; the
         container is reported killed (137), stage_out still runs."""
-        async def body() -> None:
+        def body() -> None:
             h = Harness(tmp_path)
-            await h.drive(Phase.RUNNING)
+            h.drive(Phase.RUNNING)
             h.fake.revoked_flag = True
             h.fake.ended.set()
             assert h.fake.step is not None
             h.fake.step.exit(0)
-            assert 137 == await h.lc.wait_stopped()
+            assert 137 == h.lc.wait_stopped()
             assert ["stage_in", "stage_out"] == h.hooks.calls
 
         run(body)
 
     def test_job_ends_before_start(self, tmp_path: Path) -> None:
-        async def body() -> None:
+        def body() -> None:
             h = Harness(tmp_path)
-            await h.created()
+            h.created()
             h.fake.ended.set()
-            assert 1 == await h.lc.wait_stopped()
+            assert 1 == h.lc.wait_stopped()
             assert "job ended before the container started" == h.lc.stop_reason
 
         run(body)
 
     def test_stage_out_fails(self, tmp_path: Path) -> None:
         """stage_out's failure is logged only: the exit code stays the container's."""
-        async def body() -> None:
+        def body() -> None:
             h = Harness(tmp_path)
             h.hooks.fail["stage_out"] = HookError("stage_out failed")
-            await h.drive(Phase.RUNNING)
+            h.drive(Phase.RUNNING)
             assert h.fake.step is not None
             h.fake.step.exit(5)
-            assert 5 == await h.lc.wait_stopped()
+            assert 5 == h.lc.wait_stopped()
             assert ("stopped", 5) == (h.state()["status"], h.state()["exit_code"])
             assert ("release", 5) == h.fake.calls[-1]
 
         run(body)
 
     def test_release_fails(self, tmp_path: Path) -> None:
-        async def body() -> None:
+        def body() -> None:
             h = Harness(tmp_path)
             h.fake.fail["release"] = SlurmError("salloc did not exit")
-            await h.drive(Phase.RUNNING)
+            h.drive(Phase.RUNNING)
             assert h.fake.step is not None
             h.fake.step.exit(-15)
-            assert 143 == await h.lc.wait_stopped()
+            assert 143 == h.lc.wait_stopped()
             assert "stopped" == h.state()["status"]
 
         run(body)
@@ -512,41 +511,41 @@ class TestJobAndStep:
         monkeypatch.setattr(lifecycle, "TIME_LIMIT_GRACE_S", 0.05)
         monkeypatch.setattr(lifecycle, "TIME_LIMIT_MARGIN_S", 0.0)
 
-        async def body() -> None:
+        def body() -> None:
             h = Harness(tmp_path)
             h.fake.end_time = time.time() + 0.3
-            await h.drive(Phase.RUNNING)
+            h.drive(Phase.RUNNING)
             h.fake.ignore_signals = True
-            await h.until(lambda: ("signal", 15) in h.fake.calls, "TERM")
-            await h.until(lambda: ("signal", 9) in h.fake.calls, "KILL")
+            h.until(lambda: ("signal", 15) in h.fake.calls, "TERM")
+            h.until(lambda: ("signal", 9) in h.fake.calls, "KILL")
             assert h.fake.step is not None
             h.fake.step.exit(-9)
-            assert 137 == await h.lc.wait_stopped()
+            assert 137 == h.lc.wait_stopped()
 
         run(body)
 
     def test_abandon_script(self, tmp_path: Path) -> None:
         """Once the step runs, the holder's on-abandon script kills it through the runtime."""
-        async def body() -> None:
+        def body() -> None:
             h = Harness(tmp_path)
-            await h.drive(Phase.RUNNING)
+            h.drive(Phase.RUNNING)
             script = h.dir / "on-abandon.sh"
-            await h.until(script.exists, "on-abandon.sh")
+            h.until(script.exists, "on-abandon.sh")
             assert "timeout 30 kill-container 77 0\n" == script.read_text()
-            await h.finish()
+            h.finish()
 
         run(body)
 
     def test_job_env(self, tmp_path: Path) -> None:
         """The step sees the job environment plus the SCRUN_* output variables."""
-        async def body() -> None:
+        def body() -> None:
             h = Harness(tmp_path)
-            await h.drive(Phase.RUNNING)
+            h.drive(Phase.RUNNING)
             env = h.fake.launches[0].env
             assert ("77", CID, str(h.dir)) == (env["SLURM_JOB_ID"], env["SCRUN_CONTAINER_ID"],
                                                env["SCRUN_SPOOL_DIR"])
             assert job_mod.STDERR_DRAIN_S > 0
-            await h.finish()
+            h.finish()
 
         run(body)
 
@@ -559,8 +558,8 @@ class TestStepNotCreated:
     def _failing_first_launch(h: Harness, reason: str) -> None:
         launch = h.fake.launch_step
 
-        async def launch_step(req: StepRequest) -> FakeStep:
-            step = await launch(req)
+        def launch_step(req: StepRequest) -> FakeStep:
+            step = launch(req)
             if len(h.fake.launches) == 1:
                 os.write(req.stdio[2], b"srun: error: Unable to create step for job 7: "
                          + reason.encode() + b"\n")
@@ -572,14 +571,14 @@ class TestStepNotCreated:
     def test_launched_again(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(job_mod, "STEP_RETRY_PAUSE_S", 0.01)
 
-        async def body() -> None:
+        def body() -> None:
             h = Harness(tmp_path)
             self._failing_first_launch(h, "Connection reset by peer")
-            await h.drive(Phase.RUNNING)
-            await h.until(lambda: len(h.fake.launches) == 2, "the second launch")
+            h.drive(Phase.RUNNING)
+            h.until(lambda: len(h.fake.launches) == 2, "the second launch")
             assert h.fake.step is not None
             h.fake.step.exit(0)
-            assert 0 == await h.lc.wait_stopped()
+            assert 0 == h.lc.wait_stopped()
 
         run(body)
 
@@ -587,11 +586,11 @@ class TestStepNotCreated:
                                       monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(job_mod, "STEP_RETRY_PAUSE_S", 0.01)
 
-        async def body() -> None:
+        def body() -> None:
             h = Harness(tmp_path)
             self._failing_first_launch(h, "Requested node configuration is not available")
-            await h.drive(Phase.RUNNING)
-            assert 1 == await h.lc.wait_stopped()
+            h.drive(Phase.RUNNING)
+            assert 1 == h.lc.wait_stopped()
             assert 1 == len(h.fake.launches)
 
         run(body)
@@ -602,13 +601,13 @@ class TestStepNotCreated:
         stops as killed (143)."""
         monkeypatch.setattr(job_mod, "STEP_RETRY_PAUSE_S", 0.3)
 
-        async def body() -> None:
+        def body() -> None:
             h = Harness(tmp_path)
             self._failing_first_launch(h, "Connection refused")
-            await h.drive(Phase.RUNNING)
-            await asyncio.sleep(0.1)
-            await h.lc.kill(15)
-            assert 143 == await h.lc.wait_stopped()
+            h.drive(Phase.RUNNING)
+            time.sleep(0.1)
+            h.lc.kill(15)
+            assert 143 == h.lc.wait_stopped()
             assert 1 == len(h.fake.launches)
 
         run(body)

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 
 import pytest
@@ -55,30 +54,24 @@ class TestRelay:
     def test_copies_to_the_target_fd_and_drains(self) -> None:
         read_out, write_out = os.pipe()
 
-        async def scenario() -> None:
-            relay = StderrRelay(write_out)
-            step_end = os.dup(relay.write_fd)
-            relay.start()
-            os.write(step_end, b"one\n" + SRUN_LINE + b"two")
-            os.close(step_end)  # the step exits
-            await relay.drain(5)
-            relay.close()
-
-        asyncio.run(scenario())
+        relay = StderrRelay(write_out)
+        step_end = os.dup(relay.write_fd)
+        relay.start()
+        os.write(step_end, b"one\n" + SRUN_LINE + b"two")
+        os.close(step_end)  # the step exits
+        relay.drain(5)
+        relay.close()
         os.close(write_out)
         with os.fdopen(read_out, "rb") as fh:
             assert b"one\ntwo" == fh.read()
 
     @pytest.mark.parametrize("started", [False, True])
     def test_close_releases_both_ends(self, started: bool) -> None:
-        async def scenario() -> tuple[int, int]:
-            relay = StderrRelay(os.open(os.devnull, os.O_WRONLY))
-            fds = relay.read_fd, relay.write_fd
-            if started:
-                relay.start()
-            relay.close()
-            return fds
-
-        for fd in asyncio.run(scenario()):
+        relay = StderrRelay(os.open(os.devnull, os.O_WRONLY))
+        fds = relay.read_fd, relay.write_fd
+        if started:
+            relay.start()
+        relay.close()
+        for fd in fds:
             with pytest.raises(OSError):
                 os.fstat(fd)
