@@ -14,17 +14,15 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from scrun_py import procs, site_conf
 from scrun_py.errors import ConfigError
 from scrun_py.site_conf import SiteConf
 
 
-@dataclass(frozen=True)
-class AuditSettings:
+class AuditSettings(NamedTuple):
     file: str = ""
     syslog: bool = False
 

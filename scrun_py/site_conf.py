@@ -9,9 +9,8 @@ A missing file is an empty one.  An unknown table or key is an error, so that a 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from scrun_py.errors import ConfigError
 
@@ -19,10 +18,9 @@ SITE_FILE = "scrun-py.toml"
 SECTIONS = ("audit", "policy")
 
 
-@dataclass(frozen=True)
-class SiteConf:
+class SiteConf(NamedTuple):
     path: Path
-    data: dict[str, Any] = field(default_factory=dict)
+    data: dict[str, Any] = {}  # noqa: RUF012 - never changed in place
 
     def section(self, name: str, keys: tuple[str, ...]) -> dict[str, Any]:
         """The table `name` ({} if absent), with every key checked against `keys`."""

@@ -22,8 +22,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from scrun_py import procs, spool, threads
 from scrun_py.anchor.container import Container
@@ -42,8 +41,7 @@ TIME_LIMIT_GRACE_S = 5.0
 SIGKILL, SIGTERM = int(signal.SIGKILL), int(signal.SIGTERM)
 
 
-@dataclass(frozen=True)
-class Ev:
+class Ev(NamedTuple):
     kind: Event
     code: int = 1  # the exit code this event means when no step ran (or the step's)
     sig: int = 0

@@ -7,42 +7,38 @@ pydantic: it starts faster and stays smaller (one anchor runs per container).
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 
-@dataclass(frozen=True)
-class ProcessInfo:
+class ProcessInfo(NamedTuple):
     args: list[str]
     terminal: bool = False
 
 
-@dataclass(frozen=True)
-class ConfigInfo:
+class ConfigInfo(NamedTuple):
     ociVersion: str  # noqa: N815 - mirrors the config.json key
     process: ProcessInfo
-    annotations: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = {}  # noqa: RUF012 - read only
 
 
-@dataclass(frozen=True)
-class BundleInfo:
+class BundleInfo(NamedTuple):
     """The parts of a validated bundle the anchor needs."""
 
     path: Path
     rootfs: Path
     config: ConfigInfo
-    imported_env: dict[str, str] = field(default_factory=dict)
+    imported_env: dict[str, str] = {}  # noqa: RUF012 - read only
 
     @property
     def config_file(self) -> Path:
         return self.path / "config.json"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": str(self.path), "rootfs": str(self.rootfs),
-                "config": dataclasses.asdict(self.config), "imported_env": self.imported_env}
+        config = {**self.config._asdict(), "process": self.config.process._asdict()}
+        return {"path": str(self.path), "rootfs": str(self.rootfs), "config": config,
+                "imported_env": self.imported_env}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> BundleInfo:
@@ -54,21 +50,19 @@ class BundleInfo:
                    imported_env=dict(d["imported_env"]))
 
 
-@dataclass(frozen=True)
-class RuntimeSettings:
+class RuntimeSettings(NamedTuple):
     """The oci.conf keys scrun-py uses on the login node (docs/oci.conf.md)."""
 
     runtime_kill: str | None = None
     ignore_file_config_json: bool = False
     srun_path: str = "srun"
-    srun_args: list[str] = field(default_factory=list)
+    srun_args: list[str] = []  # noqa: RUF012 - read only
     stdio_debug: str | None = None
     file_debug: str | None = None
     syslog_debug: str | None = None
 
 
-@dataclass(frozen=True)
-class AnchorSpec:
+class AnchorSpec(NamedTuple):
     container_id: str
     root: str
     orig_bundle: str
@@ -81,15 +75,15 @@ class AnchorSpec:
     slurm_conf: str
     ready_fd: int
     created: str
-    bundle_info: dict[str, Any] = field(default_factory=dict)
-    runtime: dict[str, Any] = field(default_factory=dict)
+    bundle_info: dict[str, Any] = {}  # noqa: RUF012 - read only
+    runtime: dict[str, Any] = {}  # noqa: RUF012 - read only
     audit_file: str = ""
     audit_syslog: bool = False
     engine: str = ""
     log_level: str | None = None  # --log-level, as given
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self))
+        return json.dumps(self._asdict())
 
     @classmethod
     def from_json(cls, data: str) -> AnchorSpec:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 import signal
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
 class Phase(enum.Enum):
@@ -66,8 +66,7 @@ class Action(enum.Enum):
     REFUSE_NOT_RUNNING = "refuse-not-running"
 
 
-@dataclass(frozen=True)
-class Transition:
+class Transition(NamedTuple):
     next: Phase
     action: Action
 

@@ -4,7 +4,6 @@ is created (job allocated, stage_in done) or creation failed."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import signal
 from typing import TYPE_CHECKING, Any
@@ -103,7 +102,7 @@ def _create(inv: Invocation, container_id: str, bundle: str | None, pid_file: st
         debug=inv.debug, verbosity=inv.verbosity, log_level=inv.log_level,
         slurm_conf=str(inv.slurm_conf_path()),
         ready_fd=write_fd, created=rfc3339_now(), bundle_info=bundle_info.to_dict(),
-        runtime=dataclasses.asdict(runtime), audit_file=settings.file,
+        runtime=runtime._asdict(), audit_file=settings.file,
         audit_syslog=settings.syslog, engine=audit.detect_engine())
     try:
         if early is not None:

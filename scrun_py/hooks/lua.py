@@ -14,7 +14,6 @@ import re
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType, ModuleType
 from typing import Any, Final, Protocol
@@ -43,22 +42,25 @@ _LUA_LEVELS: Final = LADDER[LADDER.index("info"):LADDER.index("debug4") + 1]
 _LUPA_NAME = re.compile(r"lupa\.lua(jit)?\d+")
 
 
-@dataclass
 class HookContext:
     """What a hook call sees; ``set_bundle_path``/``set_root_path`` change it in place."""
 
-    container_id: str
-    bundle: str
-    orig_bundle: str
-    root_path: str
-    orig_root_path: str
-    spool_dir: str
-    config_file: str
-    job_id: int
-    user_id: int
-    group_id: int
-    env: dict[str, str]
-    remote_argv: Callable[[str], list[str]]
+    def __init__(self, container_id: str, bundle: str, orig_bundle: str, root_path: str,
+                 orig_root_path: str, spool_dir: str, config_file: str, job_id: int,
+                 user_id: int, group_id: int, env: dict[str, str],
+                 remote_argv: Callable[[str], list[str]]) -> None:
+        self.container_id = container_id
+        self.bundle = bundle
+        self.orig_bundle = orig_bundle
+        self.root_path = root_path
+        self.orig_root_path = orig_root_path
+        self.spool_dir = spool_dir
+        self.config_file = config_file
+        self.job_id = job_id
+        self.user_id = user_id
+        self.group_id = group_id
+        self.env = env
+        self.remote_argv = remote_argv
 
 
 class Hooks(Protocol):

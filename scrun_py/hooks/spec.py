@@ -5,13 +5,11 @@ Single source of truth for ``hooks.lua`` and for the docs test. Pure data: no Lu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Final
+from typing import Final, NamedTuple
 
 
-@dataclass(frozen=True)
-class HookSpec:
+class HookSpec(NamedTuple):
     """One global function a site script must define.
 
     ``args`` is the positional argument order, identical to Slurm's so that existing

@@ -7,31 +7,28 @@ implement it in-process (tests/unit/fake_slurm.py).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from scrun_py.threads import Cancel
 
 
-@dataclass
 class Allocation:
     """A job the container runs in: a new one (owned) or an existing SLURM_JOB_ID."""
 
-    job_id: int
-    env: dict[str, str]  # the job environment
-    owned: bool
-    messages: list[str] = field(default_factory=list)  # the allocator's last output lines
+    def __init__(self, job_id: int, env: dict[str, str], owned: bool) -> None:
+        self.job_id = job_id
+        self.env = env  # the job environment
+        self.owned = owned
+        self.messages: list[str] = []  # the allocator's last output lines
 
 
-@dataclass(frozen=True)
-class JobInfo:
+class JobInfo(NamedTuple):
     end_time: float | None  # epoch seconds; None when unlimited or unknown
     uid: int | None
     gid: int | None
 
 
-@dataclass(frozen=True)
-class StepRequest:
+class StepRequest(NamedTuple):
     """The container step: slurmstepd runs the OCI runtime of oci.conf on `bundle`."""
 
     job_id: int

@@ -9,14 +9,12 @@ container step instead, which is what a user setting them means.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 Where = Literal["alloc", "step", "removed"]
 
 
-@dataclass(frozen=True)
-class Opt:
+class Opt(NamedTuple):
     option: str
     where: Where = "alloc"
     flag: bool = False
@@ -121,12 +119,12 @@ def flag_is_set(value: str) -> bool:
         return False
 
 
-@dataclass
 class JobOptions:
-    alloc: list[str] = field(default_factory=list)
-    step: list[str] = field(default_factory=list)
-    # read and not applied: never dropped silently, the anchor logs `ignored_warning` for each
-    ignored: list[str] = field(default_factory=list)
+    def __init__(self, alloc: list[str] | None = None, step: list[str] | None = None) -> None:
+        self.alloc = alloc or []
+        self.step = step or []
+        # read and not applied: never dropped silently, the anchor logs `ignored_warning`
+        self.ignored: list[str] = []
 
 
 def ignored_warning(name: str) -> str:

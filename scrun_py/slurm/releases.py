@@ -7,11 +7,10 @@ end-to-end tests (which check each entry on the release under test).  Releases t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class Feature:
+class Feature(NamedTuple):
     name: str
     since: tuple[int, int]
     what: str

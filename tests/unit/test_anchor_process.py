@@ -171,7 +171,7 @@ class TestAnchorProcess:
         spec = make_spec(tmp_path, pipe[1])
         info = dict(spec.bundle_info)
         info["config"] = {**info["config"], "process": {"args": ["sh"], "terminal": True}}
-        spec = AnchorSpec(**{**spec.__dict__, "bundle_info": info})
+        spec = AnchorSpec(**{**spec._asdict(), "bundle_info": info})
         r, w = os.pipe()  # stdin that is not a tty
         saved = os.dup(0)
         os.dup2(r, 0)
@@ -194,7 +194,7 @@ class TestAnchorProcess:
         info = dict(spec.bundle_info)
         info["config"] = {**info["config"], "process": {"args": ["sh"], "terminal": True}}
         console = tmp_path / "console.sock"
-        spec = AnchorSpec(**{**spec.__dict__, "bundle_info": info,
+        spec = AnchorSpec(**{**spec._asdict(), "bundle_info": info,
                              "console_socket": str(console)})
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(str(console))
