@@ -231,9 +231,11 @@ def main() -> NoReturn:
 
         from scrun_py import quick
 
-        call = _fast_call(argv)
-        if call is not None:  # quick.start takes a subset of these shapes
-            _exit(_run_fast(call, lambda: 0 if quick.start(argv, os.environ) else None))
+        try:
+            if quick.start(argv, os.environ):
+                _exit(0)
+        except BaseException as exc:  # quick.start takes a subset of _fast_call's shapes
+            _exit(_failed(_fast_call(argv) or {}, exc))
     call = _fast_call(argv)
     if call is not None:
         _exit(_run_fast(call))

@@ -1,10 +1,13 @@
 """`state`, `start` of a created container and `delete` of a stopped one, in the argv
-shapes engines and tools send, with nothing but os, socket and json.
+shapes engines and tools send, with nothing but os, socket and CPython's JSON scanner.
 
 `state` is polled and the engines call `start` once and `delete` once or twice per
 container; the
 interpreter's start is most of their cost, and the modules the full path imports
-(settings, logs, store, dataclasses, pathlib) would double it.  This answers only the
+(settings, logs, store, pathlib) would double it.  Even `import json` (which imports re and
+enum) is a third of a quick `state`: JSON is read and written here through `_json`, the
+C scanner and string encoder json itself uses, and anything it cannot read goes the
+full way.  This answers only the
 plain case: `--root` given, an id of the usual characters, a readable well-formed record,
 no diagnostics settings, no site file (its audit trail is the full path's).  Anything
 else returns None before doing anything and goes the full way (entry.py, commands/),
@@ -14,7 +17,6 @@ result.
 
 from __future__ import annotations
 
-import json
 import os
 
 from scrun_py.procs import process_start_time
@@ -73,12 +75,60 @@ def _parse(argv: list[str], verb: str) -> tuple[dict[str, str], str, bool] | Non
     return opts, cid, force
 
 
+class _ScanContext:
+    """What json's decoder offers its C scanner: json.loads' defaults."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+
+    @staticmethod
+    def parse_constant(name: str) -> float:
+        raise ValueError(f"{name} is not read here")
+
+
+def _loads(data: bytes) -> Any:
+    """json.loads of one JSON document; ValueError for anything else (also where the C
+    scanner is missing: the caller then goes the full way)."""
+    try:
+        import _json
+    except ImportError:
+        raise ValueError("no C JSON scanner") from None
+    text = data.decode()
+    start = len(text) - len(text.lstrip(" \t\n\r"))
+    try:
+        # typeshed types the context as a scanner: the C code reads only its attributes
+        obj, end = _json.make_scanner(_ScanContext())(text, start)  # type: ignore[arg-type]
+    except StopIteration:
+        raise ValueError("not JSON") from None
+    if text[end:].strip(" \t\n\r"):
+        raise ValueError("extra data")
+    return obj
+
+
+def _dumps(obj: Any) -> str:
+    """json.dumps(obj, separators=(",", ":")) for str, int, None and dicts of them."""
+    import _json
+
+    if isinstance(obj, str):
+        return str(_json.encode_basestring_ascii(obj))
+    if obj is None or isinstance(obj, bool):
+        return {None: "null", True: "true", False: "false"}[obj]
+    if isinstance(obj, int):
+        return int.__repr__(obj)
+    if isinstance(obj, dict):
+        return "{" + ",".join(f"{_dumps(str(k))}:{_dumps(v)}" for k, v in obj.items()) + "}"
+    raise TypeError(f"{type(obj).__name__} is not written here")
+
+
 def _record(path: str) -> dict[str, Any] | None:
     """The record in state.json with every field we read of its type, or None."""
     try:
         with open(path, "rb") as fh:
-            rec = json.loads(fh.read())
-    except (OSError, ValueError):
+            rec = _loads(fh.read())
+    except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(rec, dict) or rec.get("status") not in _STATUSES:
         return None
@@ -112,7 +162,10 @@ def answer(argv: list[str], environ: Mapping[str, str]) -> str | None:
            "pid": 0 if status == "stopped" else pid, "bundle": rec["bundle"],
            "annotations": rec["annotations"], "rootfs": rec["rootfs"],
            "created": rec["created"], "owner": rec["owner"]}
-    return json.dumps(doc, separators=(",", ":"))
+    try:
+        return _dumps(doc)
+    except TypeError:  # an annotation that is not a string: json writes it
+        return None
 
 
 def _unaudited(argv: list[str], environ: Mapping[str, str],
@@ -202,8 +255,8 @@ def start(argv: list[str], environ: Mapping[str, str]) -> bool:
         except OSError:
             data = b""
     try:
-        reply = json.loads(data) if data else None
-    except ValueError:
+        reply = _loads(data) if data else None
+    except (ValueError, RecursionError):
         reply = None
     if isinstance(reply, dict) and type(reply.get("v")) is int and reply["v"] == 1 \
             and reply.get("ok") is True:

@@ -10,6 +10,7 @@ import contextlib
 import os
 import shlex
 import signal
+import threading
 import time
 from collections.abc import Callable
 
@@ -43,6 +44,7 @@ class Job:
         self._relay: StderrRelay | None = None
         self._relaunching = False  # between a step srun could not create and the next
         self._signal_while_relaunching = 0
+        self._asking_step_id = threading.Lock()
 
     # ---- the job -----------------------------------------------------------------------------
     def allocate(self, cancel: Cancel) -> Allocation:
@@ -178,10 +180,12 @@ class Job:
         return self.step is not None and self.step.returncode is None
 
     def step_id(self) -> int | None:
+        """The step's id, asked once (the signal and the abandon script both need it)."""
         rec = self.box.record
-        if rec.step_id is None and self.alloc is not None:
-            rec.step_id = self.backend.step_id(self.alloc.job_id, self.step_alive)
-            self.box.save()
+        with self._asking_step_id:
+            if rec.step_id is None and self.alloc is not None:
+                rec.step_id = self.backend.step_id(self.alloc.job_id, self.step_alive)
+                self.box.save()
         return rec.step_id
 
     def signal(self, sig: int) -> None:

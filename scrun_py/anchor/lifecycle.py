@@ -38,6 +38,10 @@ KILL_GRACE_S = 15.0
 # stop containers this long before the job's time limit (Slurm sends TERM at the limit)
 TIME_LIMIT_MARGIN_S = 15.0
 TIME_LIMIT_GRACE_S = 5.0
+# the job's end time is asked this long after the allocation (a time limit is at least a
+# minute): a container that has ended by then never runs squeue for it, and the query
+# stays out of the way of the step's launch
+JOB_INFO_DELAY_S = 5.0
 SIGKILL, SIGTERM = int(signal.SIGKILL), int(signal.SIGTERM)
 
 
@@ -75,6 +79,7 @@ class Lifecycle:
         self.delete_requested = False
         self.launch_error: ScrunError | None = None
         self.result = 1  # the anchor's exit code, once stopped
+        self.job_info_delay_s = JOB_INFO_DELAY_S
         self._lock = threading.RLock()
         self._launched = threading.Event()
         self._stopped = threading.Event()
@@ -214,8 +219,9 @@ class Lifecycle:
         self.fire(Ev(Event.JOB_ENDED, reason=reason))
 
     def _time_limit_from_info(self, alloc: Allocation) -> None:
-        end, _, _ = self.job.info(alloc)
-        self._watch_time_limit(end)
+        if self._closing.sleep(self.job_info_delay_s):
+            end, _, _ = self.job.info(alloc)
+            self._watch_time_limit(end)
 
     def _watch_time_limit(self, end: float | None) -> None:
         if end is not None and not self._closing.is_set():

@@ -43,6 +43,7 @@ class Harness:
         self.hooks = FakeHooks()
         self.box = Container(spec, info, self.hooks, dict(environ or {}), quiet_logger())
         self.lc = Lifecycle(self.box, self.fake, JobOptions(alloc=["-p", "debug"]), None)
+        self.lc.job_info_delay_s = 0.0  # the time-limit tests want the watch at once
         self.results: list[Any] = []  # what background requests returned or raised
 
     # ---- observing ---------------------------------------------------------------------------

@@ -72,6 +72,11 @@ class FakeSlurm:
     def names(self) -> list[str]:
         return [c[0] for c in self.calls]
 
+    def last(self) -> tuple[Any, ...]:
+        """The last call but the time-limit watch's job_info, which runs in a thread of
+        its own whenever the lifecycle gets to it."""
+        return [c for c in self.calls if c[0] != "job_info"][-1]
+
     def _call(self, name: str, *args: Any, cancel: Cancel | None = None) -> None:
         self.calls.append((name, *args))
         gate = self.gates.get(name)

@@ -92,7 +92,7 @@ class TestCreate:
             st = h.state()
             assert ("stopped", 3, 0) == (st["status"], st["exit_code"], st["anchor_pid"])
             assert ["stage_in", "stage_out"] == h.hooks.calls
-            assert ("release", 3) == h.fake.calls[-1]
+            assert ("release", 3) == h.fake.last()
             assert not h.pid_file.exists()
             assert h.hooks.closed
 
@@ -108,7 +108,7 @@ class TestCreate:
             assert [] == h.hooks.calls
             assert not h.dir.exists()
             assert 1 == h.lc.wait_stopped()
-            assert ("cancel", 77, None) == h.fake.calls[-1]  # the job id Slurm had given
+            assert ("cancel", 77, None) == h.fake.last()  # the job id Slurm had given
 
         run(body)
 
@@ -142,7 +142,7 @@ class TestCreate:
             err = h.lc.create()
             assert "stage_in failed: no space" == str(err)
             assert ["stage_in", "stage_out"] == h.hooks.calls
-            assert ("release", 1) == h.fake.calls[-1]
+            assert ("release", 1) == h.fake.last()
             assert not h.dir.exists()
             assert not h.pid_file.exists()
 
@@ -171,7 +171,7 @@ class TestCreate:
             assert ["stage_in"] == h.hooks.calls
             assert [os.getpid()] == killed
             assert not h.hooks.closed
-            assert ("release", 1) == h.fake.calls[-1]
+            assert ("release", 1) == h.fake.last()
             assert not h.dir.exists()
             h.hooks.release.set()
 
@@ -290,7 +290,7 @@ class TestKill:
             assert code == h.lc.wait_stopped()
             assert ("stopped", code) == (h.state()["status"], h.state()["exit_code"])
             assert ["stage_in", "stage_out"] == h.hooks.calls
-            assert ("release", code) == h.fake.calls[-1]
+            assert ("release", code) == h.fake.last()
             assert h.dir.exists()  # kill is not delete
 
         run(body)
@@ -345,7 +345,7 @@ class TestDelete:
             h.lc.delete(False)
             assert 137 == h.lc.wait_stopped()
             assert not h.dir.exists()
-            assert ("release", 137) == h.fake.calls[-1]
+            assert ("release", 137) == h.fake.last()
 
         run(body)
 
@@ -489,7 +489,7 @@ class TestJobAndStep:
             h.fake.step.exit(5)
             assert 5 == h.lc.wait_stopped()
             assert ("stopped", 5) == (h.state()["status"], h.state()["exit_code"])
-            assert ("release", 5) == h.fake.calls[-1]
+            assert ("release", 5) == h.fake.last()
 
         run(body)
 
