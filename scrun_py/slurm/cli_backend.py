@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import IO
 
-from scrun_py import procs
+from scrun_py import procs, threads
 from scrun_py.errors import AllocationFailed, SlurmError, StepLaunchFailed
 from scrun_py.slurm import argv as slurm_argv
 from scrun_py.slurm import parse, releases
@@ -380,10 +380,12 @@ class CliSlurm:
             known = self._version_known = threading.Event()
 
             def probe() -> None:
-                self._version = self._probe_version()
-                known.set()
+                try:
+                    self._version = self._probe_version()
+                finally:
+                    known.set()
 
-            threading.Thread(target=probe, name="scrun-version", daemon=True).start()
+            threads.spawn(probe, "scrun-version")
 
     def _slurm_version(self) -> tuple[int, int]:
         self._start_version_probe()
