@@ -15,8 +15,8 @@ import functools
 import json
 import os
 import sys
+import time
 from collections.abc import Mapping, MutableMapping
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +49,10 @@ def level_word(value: str, source: str, *, extra: tuple[str, ...] = ()) -> str:
 
 
 def rfc3339_now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """UTC, to the microsecond (time, not datetime: the anchor imports this module, and
+    datetime alone costs it ~0.35 MB)."""
+    seconds, micros = divmod(time.time_ns() // 1000, 1_000_000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{micros:06d}Z"
 
 
 def format_record(level: str, msg: str, fmt: str, fields: Mapping[str, Any] | None = None) -> str:

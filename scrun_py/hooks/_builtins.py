@@ -11,7 +11,7 @@ import json
 import math
 import os
 import re
-import sysconfig
+import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -121,7 +121,12 @@ def system_search_paths(version: tuple[int, int]) -> tuple[str, str]:
     lupa's bundled Lua only searches /usr/local; returns (path, cpath) suffixes.
     """
     ver = f"{version[0]}.{version[1]}"
-    multiarch = sysconfig.get_config_var("MULTIARCH")
+    # CPython knows its multiarch triplet; sysconfig's data module costs the anchor ~0.2 MB
+    multiarch = getattr(sys.implementation, "_multiarch", None)
+    if multiarch is None:
+        import sysconfig
+
+        multiarch = sysconfig.get_config_var("MULTIARCH")
     c_dirs = [f"/usr/lib/{multiarch}/lua/{ver}"] if multiarch else []
     c_dirs += [f"/usr/lib64/lua/{ver}", f"/usr/lib/lua/{ver}"]
     share = f"/usr/share/lua/{ver}"

@@ -321,6 +321,20 @@ class TestAnchorLevels:
                            record["container_id"], record["n"]))
 
 
+class TestTimestamp:
+    def test_rfc3339_utc_to_the_microsecond(self) -> None:
+        import datetime
+        import re
+
+        before = datetime.datetime.now(datetime.UTC)
+        stamp = logs.rfc3339_now()
+        after = datetime.datetime.now(datetime.UTC)
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", stamp)
+        parsed = datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+            tzinfo=datetime.UTC)
+        assert before <= parsed <= after
+
+
 class TestLogger:
     """The anchor's logger writes what structlog wrote, without structlog."""
 
