@@ -1,13 +1,18 @@
 #!/bin/bash
-# Build a Slurm release (scripts/releases.conf) from the orig tarball of Debian's source
-# package into /opt/slurm/<release>, including Slurm's own scrun.  Cached: nothing is
-# done when the prefix already holds a complete build.
+# Build a Slurm release (scripts/releases.conf) into /opt/slurm/<release>, including
+# Slurm's own scrun, from one of two kinds of source:
+#   debian   the orig tarball of Debian's source package (deb-src of the release's suite
+#            through a private apt state; the system's apt sources are not changed);
+#   tarball  an upstream release tarball, checked against the sha256 of releases.conf: taken
+#            from the mirror directory $SCRUN_SLURM_MIRROR when it is there, downloaded from
+#            the line's URL otherwise.  A tarball whose digest differs is refused.
+# Cached: nothing is done when the prefix already holds a complete build.
 #
-#   scripts/slurm-build.sh 24.11        build (or reuse) /opt/slurm/24.11
+#   scripts/slurm-build.sh 24.11            build (or reuse) /opt/slurm/24.11
 #   scripts/slurm-build.sh --prefix 24.11   print the prefix
+#   scripts/slurm-build.sh --check 26.05    only fetch and verify the source (no build)
 #
-# Needs root on Debian 12 or 13 and the Debian archive (deb-src of the release's suite
-# is used through a private apt state; the system's apt sources are not changed).
+# Needs root on Debian 12 or 13.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 PREFIX_ROOT=${SCRUN_SLURM_PREFIX_ROOT:-/opt/slurm}
@@ -18,43 +23,86 @@ release_line() {
 }
 
 if [ "${1:-}" = --prefix ]; then echo "$PREFIX_ROOT/$2"; exit 0; fi
-REL=${1:?usage: $0 RELEASE}
+CHECK_ONLY=0
+if [ "${1:-}" = --check ]; then CHECK_ONLY=1; shift; fi
+REL=${1:?usage: $0 [--prefix|--check] RELEASE}
 LINE=$(release_line "$REL") || { echo "slurm-build: release $REL is not in scripts/releases.conf" >&2; exit 2; }
-read -r _ SRCPKG SRCVER SUITE <<<"$LINE"
+read -r _ KIND A B C <<<"$LINE"
+case "$KIND" in
+    debian)  SRCPKG=$A SRCVER=$B SUITE=$C; UPSTREAM=${SRCVER%%-*} ;;
+    tarball) TARNAME=$A SHA=$B URL=$C
+             UPSTREAM=$(sed -n 's/^slurm-\([0-9][0-9.]*[0-9]\)\.tar\..*/\1/p' <<<"$TARNAME")
+             [ -n "$UPSTREAM" ] && [ ${#SHA} = 64 ] && [ -n "$URL" ] ||
+                 { echo "slurm-build: releases.conf line of $REL: want 'tarball slurm-X.Y.Z.tar.xz SHA256 URL'" >&2; exit 2; }
+             SRCVER="$UPSTREAM sha256:$SHA" ;;
+    *) echo "slurm-build: releases.conf line of $REL: unknown source kind '$KIND' (debian or tarball)" >&2; exit 2 ;;
+esac
 PREFIX=$PREFIX_ROOT/$REL
-UPSTREAM=${SRCVER%%-*}
 
 # .complete holds the source version it was built from; scrun is part of a build from
 # 23.02 on (22.05 has none, and looking for it rebuilt 22.05 at every cluster start)
 has_scrun() { [ "$(printf '%s\n' "$UPSTREAM" 23.02 | sort -V | head -1)" = 23.02 ]; }
-if [ -x "$PREFIX/sbin/slurmctld" ] && [ "$(cat "$PREFIX/.complete" 2>/dev/null)" = "$SRCVER" ] &&
+if [ "$CHECK_ONLY" = 0 ] && [ -x "$PREFIX/sbin/slurmctld" ] && [ "$(cat "$PREFIX/.complete" 2>/dev/null)" = "$SRCVER" ] &&
    { ! has_scrun || [ -x "$PREFIX/bin/scrun" ]; }; then
     log "Slurm $REL already built in $PREFIX"
     exit 0
 fi
 
-BUILD_DEPS=(build-essential libmunge-dev libjson-c-dev liblua5.1-0-dev libyaml-dev libdbus-1-dev
-            libhttp-parser-dev libjwt-dev libreadline-dev liblz4-dev zlib1g-dev pkg-config
-            debian-archive-keyring python3)
-"$REPO/scripts/apt-install.sh" slurm-build "${BUILD_DEPS[@]}"
-
 WORK=$(mktemp -d /var/tmp/slurm-build.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
-# the Debian mirror this machine uses, from its own apt sources
-URI=$(grep -hoE '^(URIs:|deb) +[a-z]+://[^ ]+/debian/?( |$)' /etc/apt/sources.list.d/*.sources \
-        /etc/apt/sources.list 2>/dev/null | head -1 | awk '{print $2}' || true)
-URI=${URI:-http://deb.debian.org/debian}
-mkdir -p "$WORK/apt/lists/partial" "$WORK/apt/cache/archives/partial" "$WORK/src"
-echo "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $URI $SUITE main" \
-    > "$WORK/apt/sources.list"
-APT=(-o "Dir::Etc::SourceList=$WORK/apt/sources.list" -o "Dir::Etc::SourceParts=-"
-     -o "Dir::State::Lists=$WORK/apt/lists" -o "Dir::Cache=$WORK/apt/cache")
-log "fetching $SRCPKG $SRCVER ($SUITE) source"
-apt-get "${APT[@]}" update -q >/dev/null
-# only the orig tarball is needed (the Debian packaging files may not download here)
-(cd "$WORK/src" && apt-get "${APT[@]}" source --download-only "$SRCPKG=$SRCVER" >/dev/null 2>&1 || true)
-TARBALL=$(ls "$WORK/src/${SRCPKG}_${UPSTREAM}".orig.tar.* 2>/dev/null | head -1 || true)
-[ -n "$TARBALL" ] || { echo "slurm-build: could not download the orig tarball of $SRCPKG $SRCVER" >&2; exit 1; }
+mkdir -p "$WORK/src"
+
+fetch_debian() {  # the orig tarball of Debian's source package, into $WORK/src
+    # the Debian mirror this machine uses, from its own apt sources
+    local uri apt
+    uri=$(grep -hoE '^(URIs:|deb) +[a-z]+://[^ ]+/debian/?( |$)' /etc/apt/sources.list.d/*.sources \
+            /etc/apt/sources.list 2>/dev/null | head -1 | awk '{print $2}' || true)
+    uri=${uri:-http://deb.debian.org/debian}
+    mkdir -p "$WORK/apt/lists/partial" "$WORK/apt/cache/archives/partial"
+    echo "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $uri $SUITE main" \
+        > "$WORK/apt/sources.list"
+    apt=(-o "Dir::Etc::SourceList=$WORK/apt/sources.list" -o "Dir::Etc::SourceParts=-"
+         -o "Dir::State::Lists=$WORK/apt/lists" -o "Dir::Cache=$WORK/apt/cache")
+    log "fetching $SRCPKG $SRCVER ($SUITE) source"
+    apt-get "${apt[@]}" update -q >/dev/null
+    # only the orig tarball is needed (the Debian packaging files may not download here)
+    (cd "$WORK/src" && apt-get "${apt[@]}" source --download-only "$SRCPKG=$SRCVER" >/dev/null 2>&1 || true)
+    TARBALL=$(ls "$WORK/src/${SRCPKG}_${UPSTREAM}".orig.tar.* 2>/dev/null | head -1 || true)
+    [ -n "$TARBALL" ] || { echo "slurm-build: could not download the orig tarball of $SRCPKG $SRCVER" >&2; exit 1; }
+}
+
+fetch_tarball() {  # the upstream tarball, from the mirror or its URL, checked against its sha256
+    local mirror=${SCRUN_SLURM_MIRROR:-} got
+    if [ -n "$mirror" ] && [ -f "$mirror/$TARNAME" ]; then
+        TARBALL=$mirror/$TARNAME
+        log "using $TARNAME from the mirror directory"
+    else
+        TARBALL=$WORK/src/$TARNAME
+        log "downloading $URL"
+        if command -v curl >/dev/null; then
+            curl -fsSL --retry 2 -o "$TARBALL" "$URL" || true
+        else
+            wget -q -O "$TARBALL" "$URL" || true
+        fi
+        [ -s "$TARBALL" ] || { echo "slurm-build: $TARNAME is not in the mirror directory (SCRUN_SLURM_MIRROR=${mirror:-unset}) and could not be downloaded from $URL" >&2; exit 1; }
+    fi
+    got=$(sha256sum "$TARBALL" | cut -d' ' -f1)
+    if [ "$got" != "$SHA" ]; then
+        echo "slurm-build: $TARBALL: sha256 $got differs from releases.conf's $SHA: refused" >&2
+        exit 1
+    fi
+}
+
+if [ "$KIND" = tarball ]; then fetch_tarball; else
+    "$REPO/scripts/apt-install.sh" slurm-build debian-archive-keyring
+    fetch_debian
+fi
+[ "$CHECK_ONLY" = 0 ] || { log "$TARBALL: source of Slurm $REL verified"; exit 0; }
+
+BUILD_DEPS=(build-essential libmunge-dev libjson-c-dev liblua5.1-0-dev libyaml-dev libdbus-1-dev
+            libhttp-parser-dev libjwt-dev libreadline-dev liblz4-dev zlib1g-dev pkg-config
+            python3)
+"$REPO/scripts/apt-install.sh" slurm-build "${BUILD_DEPS[@]}"
 tar -xf "$TARBALL" -C "$WORK/src"
 SRC=$(find "$WORK/src" -maxdepth 1 -mindepth 1 -type d -name 'slurm*' | head -1)
 
