@@ -32,4 +32,4 @@ for try in $(seq 1 $((wait_s / 10 + 1))); do
     sleep 10
 done
 rm -f "/tmp/scrun-py-apt-update.$$"
-DEBIAN_FRONTEND=noninteractive apt-get "${LOCK[@]}" install -y -q "${still[@]}" >/dev/null
+DEBIAN_FRONTEND=noninteractive NEEDRESTART_SUSPEND=1 apt-get "${LOCK[@]}" install -y -q "${still[@]}" >/dev/null

@@ -39,6 +39,14 @@ case "$KIND" in
 esac
 PREFIX=$PREFIX_ROOT/$REL
 
+# one build of a release at a time: a second caller (scripts/test.sh builds the next releases
+# in the background while the first one's tests run) waits for it, then finds it complete
+if [ "$CHECK_ONLY" = 0 ]; then
+    mkdir -p "$PREFIX_ROOT"
+    exec 8>"$PREFIX_ROOT/.build-$REL.lock"
+    flock 8
+fi
+
 # .complete holds the source version it was built from; scrun is part of a build from
 # 23.02 on (22.05 has none, and looking for it rebuilt 22.05 at every cluster start)
 has_scrun() { [ "$(printf '%s\n' "$UPSTREAM" 23.02 | sort -V | head -1)" = 23.02 ]; }
