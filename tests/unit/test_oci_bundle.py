@@ -212,6 +212,39 @@ class TestBundleErrors:
         assert "rootfs" in _error(bundle)
 
 
+class TestOciVersion:
+    """The runtime spec: ociVersion MUST be SemVer 2.0.0, and a runtime MUST generate an
+    error for a value it does not support (runtime-tools' misc_props checks "invalid")."""
+
+    @pytest.mark.parametrize("version", ["1.0.0", "1.0.2", "1.3.0", "1.0.2-dev", "1.1.0+dev",
+                                         "1.0.0-rc.1+build.5", "1.20.300"])
+    def test_versions_engines_write_are_accepted(self, bundle: Path, version: str) -> None:
+        """Released versions, docker's `-dev` and `+dev` suffixes: all of major 1."""
+        _write(bundle, _config(ociVersion=version))
+        assert version == load_bundle(bundle).config.ociVersion
+
+    @pytest.mark.parametrize("version", ["invalid", "", "1", "1.0", "1.0.0.0", "01.0.0",
+                                         "1.00.0", "v1.0.0", "1.0.0-", "1.0.0+", "1.0.0-a..b",
+                                         " 1.0.0", "1.0.0\n", "\u0661.0.0"])
+    def test_not_semver_is_refused(self, bundle: Path, version: str) -> None:
+        """Anything that is not SemVer 2.0.0 is named, on one line, with the bundle."""
+        _write(bundle, _config(ociVersion=version))
+        assert (f"bundle {bundle}: config.json: ociVersion {version!r} is not a SemVer 2.0.0 "
+                "version") == _error(bundle)
+
+    @pytest.mark.parametrize("version", ["0.9.0", "2.0.0", "10.1.0-dev"])
+    def test_other_major_is_refused(self, bundle: Path, version: str) -> None:
+        """A SemVer version of another major than 1 is refused as unsupported."""
+        _write(bundle, _config(ociVersion=version))
+        assert (f"bundle {bundle}: config.json: ociVersion {version!r} is not supported "
+                "(only 1.x)") == _error(bundle)
+
+    def test_checked_on_the_model_path_too(self, bundle: Path) -> None:
+        """A config that goes through the pydantic model (a coercible field) is checked."""
+        _write(bundle, _config(ociVersion="invalid", process=_process(terminal="false")))
+        assert "ociVersion 'invalid' is not a SemVer 2.0.0 version" in _error(bundle)
+
+
 class TestWriteConfig:
     def test_replaces_config_keeping_mode_and_leaving_no_temp_file(self, bundle: Path) -> None:
         from scrun_py.oci.bundle import write_config
