@@ -202,6 +202,22 @@ def load_bundle(path: str | Path) -> Bundle:
     return Bundle(path=bundle, config=config, rootfs=rootfs, raw=raw)
 
 
+def bundle_rootfs_problem(bundle_dir: str, release: str) -> str:
+    """Why a slurmstepd that runs BUNDLE/rootfs whatever config.json's root.path says
+    (Slurm 22.05) would run another rootfs than the config names, or "".  A bundle this
+    host cannot read is left to the node ("")."""
+    try:
+        path = json.loads((Path(bundle_dir) / "config.json").read_bytes())["root"]["path"]
+    except (OSError, ValueError, LookupError, TypeError, RecursionError):
+        return ""
+    used = os.path.join(bundle_dir, "rootfs")
+    if not isinstance(path, str) or (
+            os.path.realpath(os.path.join(bundle_dir, path)) == os.path.realpath(used)):
+        return ""
+    return (f"bundle {bundle_dir}: Slurm {release} runs the container from {used}, "
+            f"not from root.path {path!r}")
+
+
 def write_config(bundle: Bundle, config: dict[str, Any]) -> None:
     """Replace the bundle's config.json atomically, keeping its mode and owner."""
     target = bundle.config_file

@@ -185,27 +185,36 @@ class TestNodeLimits:
     """What the compute node's side (slurmstepd, the runtime oci.conf names) does with the
     runtime-tools bundles, shown here; docs/differences.md, "OCI runtime-tools validation"."""
 
-    def test_slurm_2205_runs_the_rootfs_dir_of_the_bundle(self, env: Env) -> None:
+    @pytest.mark.parametrize("root", [".", "other"])
+    def test_slurm_2205_start_refuses_a_root_path_it_would_not_run(self, env: Env,
+                                                                 root: str) -> None:
         """Slurm 22.05's slurmstepd runs the container from BUNDLE/rootfs whatever
         root.path says: a bundle that is its own rootfs (root.path ".", as runtime-tools
-        makes them) starts, but its process never runs and it stops with status 1."""
+        makes them) would fail on the node, and one whose root.path names another
+        directory would silently run BUNDLE/rootfs.  `start` refuses both with one line
+        before any step runs; the container stops with 1 (a failed start)."""
         if slurm_release() != (22, 5):
-            pytest.skip("seen on Slurm 22.05; later releases read root.path")
-        if _node_crun_version() is None:
-            pytest.skip("the node's failure text is crun's")
-        bundle = env.bundle(["sh", "-c", "echo ran > /output"])
+            pytest.skip("22.05 only: later releases run root.path")
+        bundle = _writable(env.bundle(["sh", "-c", "echo ran > /output"]))
         rootfs = bundle.path / "rootfs"
-        for entry in rootfs.iterdir():
-            entry.rename(bundle.path / entry.name)
-        rootfs.rmdir()
-        _edit(bundle, root={"path": ".", "readonly": False})
+        if root == ".":
+            for entry in rootfs.iterdir():
+                entry.rename(bundle.path / entry.name)
+            rootfs.rmdir()
+        else:
+            shutil.copytree(rootfs, bundle.path / root, symlinks=True)
+            env.chown(bundle.path)
+        _edit(bundle, root={"path": root, "readonly": False})
         created = env.create("r", bundle)
         assert 0 == created.rc, created.stderr()
-        assert str(bundle.path) == env.state("r")["rootfs"]
-        assert 0 == env.run("start", "r").returncode
+        assert str((bundle.path / root).resolve()) == env.state("r")["rootfs"]
+        res = run_in_work(env, "start", "r")
+        assert (1, [f"scrun-py: bundle {bundle.path}: Slurm 22.05 runs the container from "
+                    f"{bundle.path}/rootfs, not from root.path {root!r}"]) == (
+            res.returncode, res.stderr.splitlines())
         assert 1 == created.wait_exit()
-        assert f"`{bundle.path}/rootfs`" in created.stderr()
-        assert not (bundle.path / "output").exists()
+        assert "stopped" == env.state("r")["status"]
+        assert [] == [p for p in bundle.path.rglob("output")]
         assert 0 == env.run("delete", "r").returncode
 
     def test_crun_18_refuses_spec_1_3(self, env: Env) -> None:

@@ -245,6 +245,47 @@ class TestOciVersion:
         assert "ociVersion 'invalid' is not a SemVer 2.0.0 version" in _error(bundle)
 
 
+class TestBundleRootfsProblem:
+    """For Slurm 22.05, whose slurmstepd runs BUNDLE/rootfs whatever root.path says."""
+
+    @pytest.mark.parametrize("root", ["rootfs", "rootfs/", "./rootfs", "ROOT"])
+    def test_rootfs_of_the_bundle_is_fine(self, bundle: Path, root: str) -> None:
+        from scrun_py.oci.bundle import bundle_rootfs_problem
+
+        _write(bundle, _config(root={"path": str(bundle / "rootfs") if root == "ROOT"
+                                     else root}))
+        assert "" == bundle_rootfs_problem(str(bundle), "22.05")
+
+    def test_a_symlink_to_the_same_directory_is_fine(self, bundle: Path) -> None:
+        from scrun_py.oci.bundle import bundle_rootfs_problem
+
+        (bundle / "real").mkdir()
+        (bundle / "rootfs").rmdir()
+        (bundle / "rootfs").symlink_to("real")
+        _write(bundle, _config(root={"path": "real"}))
+        assert "" == bundle_rootfs_problem(str(bundle), "22.05")
+
+    @pytest.mark.parametrize("root", [".", "other", "/elsewhere"])
+    def test_another_directory_is_named(self, bundle: Path, root: str) -> None:
+        from scrun_py.oci.bundle import bundle_rootfs_problem
+
+        _write(bundle, _config(root={"path": root}))
+        assert (f"bundle {bundle}: Slurm 22.05 runs the container from {bundle}/rootfs, "
+                f"not from root.path {root!r}") == bundle_rootfs_problem(str(bundle), "22.05")
+
+    @pytest.mark.parametrize("content", [None, b"{", b"[]", b'{"root": 1}', b'{"root": {}}',
+                                         b'{"root": {"path": 1}}', b"\xff"])
+    def test_what_cannot_be_read_here_is_left_to_the_node(self, bundle: Path,
+                                                          content: bytes | None) -> None:
+        from scrun_py.oci.bundle import bundle_rootfs_problem
+
+        if content is None:
+            (bundle / "config.json").unlink()
+        else:
+            (bundle / "config.json").write_bytes(content)
+        assert "" == bundle_rootfs_problem(str(bundle), "22.05")
+
+
 class TestWriteConfig:
     def test_replaces_config_keeping_mode_and_leaving_no_temp_file(self, bundle: Path) -> None:
         from scrun_py.oci.bundle import write_config
