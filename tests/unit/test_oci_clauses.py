@@ -85,6 +85,7 @@ class TestNoEffect:
         def body() -> None:
             h = Harness(tmp_path)
             h.drive(Phase.RUNNING)
+            h.until(lambda: h.state()["step_id"] is not None, "the step id is known")
             before = h.state()
             with pytest.raises(ContainerStillRunning):
                 h.lc.delete(False)
