@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,13 @@ if TYPE_CHECKING:
     from pydantic import ValidationError
 
 ENV_IMPORT_PREFIXES = ("SCRUN_", "SLURM_")
+# SemVer 2.0.0 (semver.org), which the runtime spec requires of ociVersion
+_IDENT = r"(?:0|[1-9][0-9]*|[0-9]*[A-Za-z-][0-9A-Za-z-]*)"
+_SEMVER = re.compile(r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)"
+                     rf"(?:-{_IDENT}(?:\.{_IDENT})*)?"
+                     r"(?:\+[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?", re.ASCII)
+#: the runtime spec's major version: the only one there is, and the one scrun-py runs
+SPEC_MAJOR = 1
 
 
 @dataclass(frozen=True)
@@ -146,6 +154,20 @@ def _first_error(exc: ValidationError) -> str:
     return f"{where}: {msg[0].lower() + msg[1:]}"
 
 
+def oci_version_problem(version: str) -> str:
+    """Why `version` is not an ociVersion scrun-py runs, or "" when it is one.
+
+    The runtime spec requires a SemVer 2.0.0 string and lets a runtime refuse a
+    version it does not support: only major version 1 exists.
+    """
+    match = _SEMVER.fullmatch(version)
+    if match is None:
+        return f"ociVersion {version!r} is not a SemVer 2.0.0 version"
+    if int(match.group(1)) != SPEC_MAJOR:
+        return f"ociVersion {version!r} is not supported (only {SPEC_MAJOR}.x)"
+    return ""
+
+
 def load_bundle(path: str | Path) -> Bundle:
     bundle = Path(os.path.abspath(path))
     if not bundle.is_dir():
@@ -171,10 +193,29 @@ def load_bundle(path: str | Path) -> Bundle:
             config = _model_config(raw)
         except ValidationError as exc:
             raise BundleError(f"bundle {bundle}: config.json: {_first_error(exc)}") from exc
+    problem = oci_version_problem(config.ociVersion)
+    if problem:
+        raise BundleError(f"bundle {bundle}: config.json: {problem}")
     rootfs = Path(os.path.normpath(bundle / config.root.path))
     if not rootfs.is_dir():
         raise BundleError(f"bundle {bundle}: rootfs {rootfs} is not a directory")
     return Bundle(path=bundle, config=config, rootfs=rootfs, raw=raw)
+
+
+def bundle_rootfs_problem(bundle_dir: str, release: str) -> str:
+    """Why a slurmstepd that runs BUNDLE/rootfs whatever config.json's root.path says
+    (Slurm 22.05) would run another rootfs than the config names, or "".  A bundle this
+    host cannot read is left to the node ("")."""
+    try:
+        path = json.loads((Path(bundle_dir) / "config.json").read_bytes())["root"]["path"]
+    except (OSError, ValueError, LookupError, TypeError, RecursionError):
+        return ""
+    used = os.path.join(bundle_dir, "rootfs")
+    if not isinstance(path, str) or (
+            os.path.realpath(os.path.join(bundle_dir, path)) == os.path.realpath(used)):
+        return ""
+    return (f"bundle {bundle_dir}: Slurm {release} runs the container from {used}, "
+            f"not from root.path {path!r}")
 
 
 def write_config(bundle: Bundle, config: dict[str, Any]) -> None:

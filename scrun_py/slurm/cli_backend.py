@@ -297,6 +297,12 @@ class CliSlurm:
     # ---- the container step -----------------------------------------------------------------
     def launch_step(self, req: StepRequest) -> Step:
         version = self._slurm_version()
+        if not releases.has(version, "root.path"):
+            from scrun_py.oci.bundle import bundle_rootfs_problem
+
+            problem = bundle_rootfs_problem(req.bundle, releases.release_name(version))
+            if problem:
+                raise StepLaunchFailed(problem)
         argv = slurm_argv.build_srun_argv(
             job_id=req.job_id, container_id=req.container_id, bundle=req.bundle,
             args=req.args, step_opts=req.step_opts, srun_path=self._srun,

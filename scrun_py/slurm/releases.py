@@ -27,6 +27,10 @@ FEATURES: tuple[Feature, ...] = (
             "runtime's environment"),
     Feature("%U and %p", (23, 2), "oci.conf patterns know the user's numeric id and the pid"),
     Feature("scrun", (23, 2), "Slurm ships its own scrun"),
+    Feature("root.path", (23, 2),
+            "slurmstepd runs the container from config.json's root.path (22.05 runs "
+            "BUNDLE/rootfs whatever root.path says: scrun-py refuses to start a bundle "
+            "whose root.path is another directory)"),
 )
 
 

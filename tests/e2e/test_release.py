@@ -5,6 +5,9 @@
   22.05 gives the container the step's environment only.
 * From 23.02 oci.conf knows EnvExclude, RunTimeEnvExclude and the %U token (the user's
   numeric id); 22.05's slurmstepd refuses such an oci.conf, which `doctor` reports.
+* From 23.02 slurmstepd runs config.json's root.path; 22.05 runs BUNDLE/rootfs whatever it
+  says, so scrun-py's `start` refuses another root.path there
+  (tests/e2e/test_oci_clauses.py).
 """
 
 from __future__ import annotations
@@ -86,7 +89,7 @@ class TestDoctor:
         _, checks = _doctor(user_env, conf_dir)
         row = checks["Slurm release"]
         assert row["found"].startswith(release_name(release) + ":")
-        for name in ("--container-id", "task environment", "EnvExclude"):
+        for name in ("--container-id", "task environment", "EnvExclude", "root.path"):
             listed_missing = name in row["found"].partition("not on this release:")[2]
             assert listed_missing != has(release, name), row
 

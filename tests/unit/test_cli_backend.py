@@ -161,6 +161,27 @@ class TestStep:
         assert line.startswith("srun --jobid=55 --job-name=scrun --no-kill --quiet")
         assert flag == ("--container-id=c1" in line)
 
+    @pytest.mark.parametrize(("version", "refused"), [("22.05.8", True), ("23.02.7", False),
+                                                      ("24.11.1", False)])
+    def test_root_path_other_than_rootfs(self, bin_dir: Path, monkeypatch: pytest.MonkeyPatch,
+                                         version: str, refused: bool) -> None:
+        """22.05's slurmstepd runs BUNDLE/rootfs whatever root.path says: a bundle whose
+        root.path is another directory is refused before srun runs; later releases run it."""
+        monkeypatch.setenv("VERSION", version)
+        bundle = bin_dir.parent / "bundle"
+        (bundle / "rootfs").mkdir(parents=True)
+        (bundle / "config.json").write_text('{"root": {"path": "."}}')
+        req = StepRequest(job_id=55, container_id="c1", bundle=str(bundle), args=["true"],
+                          env=dict(os.environ), stdio=(0, 1, 2))
+        if refused:
+            with pytest.raises(StepLaunchFailed) as info:
+                backend(bin_dir).launch_step(req)
+            assert (f"bundle {bundle}: Slurm 22.05 runs the container from {bundle}/rootfs, "
+                    "not from root.path '.'") == str(info.value)
+            assert not [line for line in logged(bin_dir) if line.startswith("srun --jobid")]
+        else:
+            assert 0 == backend(bin_dir).launch_step(req).wait()
+
     def test_launch_fails(self, tmp_path: Path) -> None:
         req = StepRequest(job_id=1, container_id="c1", bundle="/b", args=["true"], env={})
         with pytest.raises(StepLaunchFailed, match="cannot run"):

@@ -212,6 +212,80 @@ class TestBundleErrors:
         assert "rootfs" in _error(bundle)
 
 
+class TestOciVersion:
+    """The runtime spec: ociVersion MUST be SemVer 2.0.0, and a runtime MUST generate an
+    error for a value it does not support (runtime-tools' misc_props checks "invalid")."""
+
+    @pytest.mark.parametrize("version", ["1.0.0", "1.0.2", "1.3.0", "1.0.2-dev", "1.1.0+dev",
+                                         "1.0.0-rc.1+build.5", "1.20.300"])
+    def test_versions_engines_write_are_accepted(self, bundle: Path, version: str) -> None:
+        """Released versions, docker's `-dev` and `+dev` suffixes: all of major 1."""
+        _write(bundle, _config(ociVersion=version))
+        assert version == load_bundle(bundle).config.ociVersion
+
+    @pytest.mark.parametrize("version", ["invalid", "", "1", "1.0", "1.0.0.0", "01.0.0",
+                                         "1.00.0", "v1.0.0", "1.0.0-", "1.0.0+", "1.0.0-a..b",
+                                         " 1.0.0", "1.0.0\n", "\u0661.0.0"])
+    def test_not_semver_is_refused(self, bundle: Path, version: str) -> None:
+        """Anything that is not SemVer 2.0.0 is named, on one line, with the bundle."""
+        _write(bundle, _config(ociVersion=version))
+        assert (f"bundle {bundle}: config.json: ociVersion {version!r} is not a SemVer 2.0.0 "
+                "version") == _error(bundle)
+
+    @pytest.mark.parametrize("version", ["0.9.0", "2.0.0", "10.1.0-dev"])
+    def test_other_major_is_refused(self, bundle: Path, version: str) -> None:
+        """A SemVer version of another major than 1 is refused as unsupported."""
+        _write(bundle, _config(ociVersion=version))
+        assert (f"bundle {bundle}: config.json: ociVersion {version!r} is not supported "
+                "(only 1.x)") == _error(bundle)
+
+    def test_checked_on_the_model_path_too(self, bundle: Path) -> None:
+        """A config that goes through the pydantic model (a coercible field) is checked."""
+        _write(bundle, _config(ociVersion="invalid", process=_process(terminal="false")))
+        assert "ociVersion 'invalid' is not a SemVer 2.0.0 version" in _error(bundle)
+
+
+class TestBundleRootfsProblem:
+    """For Slurm 22.05, whose slurmstepd runs BUNDLE/rootfs whatever root.path says."""
+
+    @pytest.mark.parametrize("root", ["rootfs", "rootfs/", "./rootfs", "ROOT"])
+    def test_rootfs_of_the_bundle_is_fine(self, bundle: Path, root: str) -> None:
+        from scrun_py.oci.bundle import bundle_rootfs_problem
+
+        _write(bundle, _config(root={"path": str(bundle / "rootfs") if root == "ROOT"
+                                     else root}))
+        assert "" == bundle_rootfs_problem(str(bundle), "22.05")
+
+    def test_a_symlink_to_the_same_directory_is_fine(self, bundle: Path) -> None:
+        from scrun_py.oci.bundle import bundle_rootfs_problem
+
+        (bundle / "real").mkdir()
+        (bundle / "rootfs").rmdir()
+        (bundle / "rootfs").symlink_to("real")
+        _write(bundle, _config(root={"path": "real"}))
+        assert "" == bundle_rootfs_problem(str(bundle), "22.05")
+
+    @pytest.mark.parametrize("root", [".", "other", "/elsewhere"])
+    def test_another_directory_is_named(self, bundle: Path, root: str) -> None:
+        from scrun_py.oci.bundle import bundle_rootfs_problem
+
+        _write(bundle, _config(root={"path": root}))
+        assert (f"bundle {bundle}: Slurm 22.05 runs the container from {bundle}/rootfs, "
+                f"not from root.path {root!r}") == bundle_rootfs_problem(str(bundle), "22.05")
+
+    @pytest.mark.parametrize("content", [None, b"{", b"[]", b'{"root": 1}', b'{"root": {}}',
+                                         b'{"root": {"path": 1}}', b"\xff"])
+    def test_what_cannot_be_read_here_is_left_to_the_node(self, bundle: Path,
+                                                          content: bytes | None) -> None:
+        from scrun_py.oci.bundle import bundle_rootfs_problem
+
+        if content is None:
+            (bundle / "config.json").unlink()
+        else:
+            (bundle / "config.json").write_bytes(content)
+        assert "" == bundle_rootfs_problem(str(bundle), "22.05")
+
+
 class TestWriteConfig:
     def test_replaces_config_keeping_mode_and_leaving_no_temp_file(self, bundle: Path) -> None:
         from scrun_py.oci.bundle import write_config
