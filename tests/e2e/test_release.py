@@ -40,6 +40,18 @@ RunTimeRun="exec crun --rootless=true --root=/tmp/ocistate-u%U run --bundle %b %
 """
 
 
+# create/start mode with the runtime given the task's stdio: the create command's parent
+# is the task (its stdin, stdout and stderr are the step's), so slurmstepd's pipe from the
+# create command closes when it exits and the container writes where a run-mode one would
+CREATE_START_OCI_CONF = """\
+RunTimeQuery="crun --rootless=true --root=/tmp/ocistate-cs%u state %n.%u.%j.%s.%t"
+RunTimeKill="crun --rootless=true --root=/tmp/ocistate-cs%u kill %n.%u.%j.%s.%t"
+RunTimeDelete="crun --rootless=true --root=/tmp/ocistate-cs%u delete --force %n.%u.%j.%s.%t"
+RunTimeCreate="exec crun --rootless=true --root=/tmp/ocistate-cs%u create --bundle %b %n.%u.%j.%s.%t </proc/$PPID/fd/0 >/proc/$PPID/fd/1 2>/proc/$PPID/fd/2"
+RunTimeStart="crun --rootless=true --root=/tmp/ocistate-cs%u start %n.%u.%j.%s.%t"
+"""
+
+
 def _env_of(out: str) -> dict[str, str]:
     pairs = (line.split("=", 1) for line in out.splitlines() if "=" in line)
     return {k: v for k, v in pairs}
@@ -167,3 +179,40 @@ class TestNewerOciConf:
         assert "TERM" in created.stdout()
         assert 0 == env.run("delete", "newer").returncode
         assert [] == leftovers(env, "newer", [job])
+
+
+class TestCreateStartMode:
+    """oci.conf's create/start mode, run for real through scrun-py on the release under test."""
+
+    def test_runs_with_the_tasks_stdio_but_loses_the_exit_code(self, env: Env) -> None:
+        with _cluster_oci_conf(CREATE_START_OCI_CONF):
+            created = env.create("cstart", env.bundle(
+                ["sh", "-c", "echo out; echo err >&2; exit 7"], name="cstart"))
+            assert 0 == created.rc, created.stderr()
+            job = created.job_id()
+            assert 0 == env.run("start", "cstart").returncode
+            rc = created.wait_exit(timeout=90)
+            assert 0 == env.run("delete", "cstart").returncode
+        assert "out\n" == created.stdout()
+        assert "err" in created.stderr()
+        # the task's status is RunTimeStart's (0), whatever the container exited with:
+        # run mode (RunTimeRun) is the one that gives engines the container's exit code
+        assert 0 == rc
+        assert [] == leftovers(env, "cstart", [job])
+
+    def test_kill_reaches_the_created_container(self, env: Env) -> None:
+        trap = 'trap "echo TERM; exit 3" TERM; echo started; while :; do sleep 0.2; done'
+        with _cluster_oci_conf(CREATE_START_OCI_CONF):
+            created = env.create("cskill", env.bundle(["sh", "-c", trap], name="cskill"))
+            assert 0 == created.rc, created.stderr()
+            job = created.job_id()
+            assert 0 == env.run("start", "cskill").returncode
+            deadline = time.monotonic() + 60
+            while "started" not in created.stdout():
+                assert time.monotonic() < deadline, created.stderr()
+                time.sleep(0.1)
+            assert 0 == env.run("kill", "cskill", "TERM").returncode
+            created.wait_exit(timeout=90)
+            assert 0 == env.run("delete", "cskill").returncode
+        assert "TERM" in created.stdout()
+        assert [] == leftovers(env, "cskill", [job])
