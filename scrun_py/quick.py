@@ -194,10 +194,13 @@ def delete(argv: list[str], environ: Mapping[str, str]) -> bool:
     cdir = os.path.join(os.path.abspath(opts["--root"]), cid)
     try:
         names = os.listdir(cdir)
+        st = os.stat(cdir)
     except FileNotFoundError:
         return force and not os.path.lexists(cdir)  # gone: --force succeeds quietly
     except OSError:
         return False
+    if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        return False  # not the caller's own: the full path refuses it (commands/delete)
     rec = (_record(os.path.join(cdir, STATE_FILE))
            if STATE_FILE in names and set(names) <= {STATE_FILE, ABANDON_FILE} else None)
     if rec is None or rec["status"] != "stopped" or rec["anchor_pid"] != 0:
