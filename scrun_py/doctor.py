@@ -173,12 +173,13 @@ class Doctor:
         return Check("scrun.lua", OK, f"{script}: loads, both hooks defined")
 
     def site_file(self) -> Check:
-        from scrun_py import audit, policy, site_conf
+        from scrun_py import audit, policy, site_conf, trust
 
         try:
             site = site_conf.load(self.slurm_conf)
             audit_settings = audit.load_settings(self.slurm_conf, site)
             rules = policy.load_policy(site)
+            trust.parse(site)
         except ScrunError as exc:
             return Check("scrun-py.toml", FAIL, str(exc), "fix the file (docs/policy.md, "
                          "docs/audit.md): every create fails until then")

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 # anchor leaves in its directory
 STATE_FILE, ABANDON_FILE = "state.json", "on-abandon.sh"
 SOCKET_NAME = "anchor.sock"  # spool.SOCKET_NAME
+SYSTEM_SITE_FILE = "/etc/slurm/scrun-py.toml"  # site_conf.system_file()
 _GLOBALS = ("--root", "--log", "--log-format", "-f", "--slurm-conf")
 _ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_+.-")
 _STATUSES = ("creating", "created", "running", "stopped")
@@ -171,14 +172,16 @@ def answer(argv: list[str], environ: Mapping[str, str]) -> str | None:
 def _unaudited(argv: list[str], environ: Mapping[str, str],
                verb: str) -> tuple[dict[str, str], str, bool] | None:
     """`_parse` of a plain call of `verb`, or None, also where a site file sits next to
-    slurm.conf: the site may keep an audit trail of starts and deletes."""
+    slurm.conf or the system's slurm.conf: the site may keep an audit trail of starts
+    and deletes (the system's file may make itself the one in use)."""
     parsed = _parse(argv, verb) if _plain_env(environ) else None
     if parsed is None:
         return None
     opts = parsed[0]
     conf = (os.path.abspath(opts["-f"]) if "-f" in opts
             else environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf")
-    if os.path.lexists(os.path.join(os.path.dirname(conf), "scrun-py.toml")):
+    if os.path.lexists(os.path.join(os.path.dirname(conf), "scrun-py.toml")) \
+            or os.path.lexists(SYSTEM_SITE_FILE):
         return None
     return parsed
 
