@@ -65,13 +65,22 @@ def run_matching(inv: Invocation, pattern: str, force: bool) -> None:
 def _check_owner(cdir: Path) -> None:
     """delete acts on what state.json records (scancel of its job, removal of its pid
     file): only on a record in a directory of the caller's that nobody else can write."""
+    import os
+
     from scrun_py.errors import PermissionDenied
 
-    try:
-        spool.check_private(cdir, "container directory")
-        spool.check_private(cdir / spool.STATE_FILE, "container state file")
-    except ScrunError as exc:
-        raise PermissionDenied(f"permission denied: {exc}") from None
+    for path, what in ((cdir, "container directory"),
+                       (cdir / spool.STATE_FILE, "container state file")):
+        try:
+            owner = os.stat(path).st_uid
+        except OSError:
+            owner = -1
+        if owner != os.geteuid():  # the anchor's words for another user's container
+            raise PermissionDenied("permission denied: container belongs to another user")
+        try:
+            spool.check_private(path, what)
+        except ScrunError as exc:
+            raise PermissionDenied(f"permission denied: {exc}") from None
 
 
 def _wait_anchor_exit(record: store.ContainerRecord) -> None:
