@@ -8,11 +8,14 @@ import os
 import socket
 import subprocess
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import Env
+from tests.e2e.conftest import BASE, STATE, TEST_USER, Env, User
+from tests.e2e.test_engines import Engine, _guarded, engines_up  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.e2e
 
@@ -117,3 +120,33 @@ class TestAudit:
                       conf=conf_dir / "slurm.conf")
         assert 0 != res.returncode
         assert "scrun-py.toml" in res.stderr and "fiel" in res.stderr
+
+
+@pytest.fixture
+def rootless_podman(engines_up: None) -> Iterator[Engine]:  # noqa: F811
+    yield from _guarded(Engine("podman", User.named(TEST_USER)))
+
+
+class TestAuditThroughRootlessPodman:
+    @pytest.mark.engines
+    def test_records_name_the_real_user(self, rootless_podman: Engine) -> None:
+        """Rootless podman runs scrun-py as root of the user's namespace: every record of
+        a `podman run` (create, start, exit, delete, from create and from the anchor)
+        names the test user and their uid, none root or 0."""
+        eng = rootless_podman
+        audit_file = BASE / f"audit-{uuid.uuid4().hex[:8]}.jsonl"
+        _site_made(audit_file)
+        site = STATE / "engines" / "conf" / "scrun-py.toml"
+        assert not site.exists(), f"{site} left behind by another test"
+        site.write_text(f'[audit]\nfile = "{audit_file}"\nsyslog = false\n')
+        os.chmod(site, 0o644)
+        try:
+            res = eng.run("--rm", eng.image, "true")
+            assert 0 == res.returncode, res.stderr
+        finally:
+            site.unlink(missing_ok=True)
+        records = [json.loads(line) for line in audit_file.read_text().splitlines()]
+        audit_file.unlink()
+        assert {"create", "start", "exit", "delete"} <= {r["event"] for r in records}
+        assert {(eng.user.name, eng.user.uid, "podman")} == {
+            (r["user"], r["uid"], r["engine"]) for r in records}, records
