@@ -179,7 +179,7 @@ class Doctor:
             site = site_conf.load(self.slurm_conf)
             audit_settings = audit.load_settings(self.slurm_conf, site)
             rules = policy.load_policy(site)
-            trust.parse(site)
+            site_trust = trust.parse(site)
         except ScrunError as exc:
             return Check("scrun-py.toml", FAIL, str(exc), "fix the file (docs/policy.md, "
                          "docs/audit.md): every create fails until then")
@@ -190,7 +190,12 @@ class Doctor:
         audit_part = f"audit to {' and '.join(sinks)}" if sinks else "no audit trail"
         set_rules = [k for k in policy.KEYS if k in site.data.get("policy", {})]
         policy_part = f"policy: {', '.join(set_rules)}" if not rules.empty else "no policy"
-        return Check("scrun-py.toml", OK, f"{site.path}: {audit_part}; {policy_part}")
+        pinned = [text for text, on in (
+            ("site files pinned to the system's", site_trust.site_files == "system"),
+            ("SCRUN_PY_LUA refused", not site_trust.lua_override)) if on]
+        trust_part = f"; {', '.join(pinned)}" if pinned else ""
+        return Check("scrun-py.toml", OK,
+                     f"{site.path}: {audit_part}; {policy_part}{trust_part}")
 
     def oci_runtime(self) -> Check:
         cmd = self._runtime_cmd
