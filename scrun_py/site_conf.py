@@ -25,6 +25,7 @@ DEFAULT_SLURM_CONF = Path("/etc/slurm/slurm.conf")
 
 SITE_FILE = "scrun-py.toml"
 SECTIONS = ("audit", "policy", "trust")
+TRUST_KEYS = ("site_files", "lua_override", "container_env")  # scrun_py.trust
 
 
 class SiteConf(NamedTuple):
@@ -91,6 +92,9 @@ def load(slurm_conf: Path, system: Path | None = None) -> SiteConf:
     trust = system_data.get("trust", {})
     if not isinstance(trust, dict):
         raise ConfigError(f"{system}: [trust] must be a table")
+    unknown = sorted(set(trust) - set(TRUST_KEYS))
+    if unknown:  # checked whatever file is in use: a typo must not switch a setting off
+        raise ConfigError(f"{system}: [trust]: unknown key {unknown[0]}")
     pinned = trust.get("site_files", "any")
     if pinned not in ("any", "system"):
         raise ConfigError(f'{system}: [trust] site_files: must be "any" or "system"')

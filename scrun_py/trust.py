@@ -17,11 +17,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
-from scrun_py import flags
+from scrun_py import flags, site_conf
 from scrun_py.site_conf import SiteConf
 from scrun_py.slurm.options import SCRUN_OPTIONS
 
-KEYS = ("site_files", "lua_override", "container_env")
+KEYS = site_conf.TRUST_KEYS
 LUA_OVERRIDE_ENV = "SCRUN_PY_LUA"
 # SCRUN_* options whose value is a program srun runs (on the login node, or on the node
 # before the container): an image must not choose what runs outside its container

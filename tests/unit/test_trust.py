@@ -101,6 +101,13 @@ class TestSystemFile:
         assert tmp_path / "system" == site.directory
         assert {"readonly_rootfs": True} == site.section("policy", ("readonly_rootfs",))
 
+    def test_system_typo_is_an_error(self, tmp_path: Path) -> None:
+        """A misspelt key in the system's [trust] fails whatever file is in use (else
+        the setting would be silently off)."""
+        with pytest.raises(ConfigError, match=r"system/scrun-py.toml: \[trust\]: unknown key "
+                                              r"lua_overide$"):
+            _site(tmp_path, "[audit]\n", "[trust]\nlua_overide = false\n")
+
     def test_bad_site_files(self, tmp_path: Path) -> None:
         with pytest.raises(ConfigError, match=r'site_files: must be "any" or "system"'):
             _site(tmp_path, system='[trust]\nsite_files = "mine"\n')
