@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import BASE, STATE, TEST_USER, Env, User
+from tests.e2e.conftest import BASE, STATE, TEST_USER, VENV, Env, User
 from tests.e2e.test_engines import Engine, _guarded, engines_up  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.e2e
@@ -132,21 +132,33 @@ class TestAuditThroughRootlessPodman:
     def test_records_name_the_real_user(self, rootless_podman: Engine) -> None:
         """Rootless podman runs scrun-py as root of the user's namespace: every record of
         a `podman run` (create, start, exit, delete, from create and from the anchor)
-        names the test user and their uid, none root or 0."""
+        names the test user and their uid, none root or 0, in the user's own file.  The
+        run uses a runtime wrapper of its own (`podman --runtime`) with a copy of the
+        engines' configuration, so the shared one is never changed."""
         eng = rootless_podman
-        audit_file = BASE / f"audit-{uuid.uuid4().hex[:8]}.jsonl"
-        _site_made(audit_file)
-        site = STATE / "engines" / "conf" / "scrun-py.toml"
-        assert not site.exists(), f"{site} left behind by another test"
-        site.write_text(f'[audit]\nfile = "{audit_file}"\nsyslog = false\n')
-        os.chmod(site, 0o644)
+        conf = BASE / f"audit-conf-{uuid.uuid4().hex[:8]}"
+        logdir = conf / "audit"
+        logdir.mkdir(parents=True)
+        os.chmod(conf, 0o755)
+        os.chmod(logdir, 0o1733)
+        for name in ("slurm.conf", "oci.conf", "scrun.lua"):
+            (conf / name).write_bytes((STATE / "engines" / "conf" / name).read_bytes())
+            os.chmod(conf / name, 0o644)
+        (conf / "scrun-py.toml").write_text(
+            f'[audit]\nfile = "{logdir}/{{user}}.jsonl"\nsyslog = false\n')
+        os.chmod(conf / "scrun-py.toml", 0o644)
+        wrapper = conf / "runtime"
+        wrapper.write_text(f'#!/bin/sh\nexec {VENV}/bin/scrun-py -f {conf}/slurm.conf "$@"\n')
+        os.chmod(wrapper, 0o755)
         try:
-            res = eng.run("--rm", eng.image, "true")
+            res = eng("--runtime", str(wrapper), *eng.run_args(), "--rm", eng.image, "true")
             assert 0 == res.returncode, res.stderr
+            path = logdir / f"{eng.user.name}.jsonl"
+            records = [json.loads(line) for line in path.read_text().splitlines()]
+            assert {"create", "start", "exit", "delete"} <= {r["event"] for r in records}
+            assert {(eng.user.name, eng.user.uid, "podman")} == {
+                (r["user"], r["uid"], r["engine"]) for r in records}, records
+            assert (eng.user.uid, [path.name]) == (
+                path.stat().st_uid, sorted(p.name for p in logdir.iterdir()))
         finally:
-            site.unlink(missing_ok=True)
-        records = [json.loads(line) for line in audit_file.read_text().splitlines()]
-        audit_file.unlink()
-        assert {"create", "start", "exit", "delete"} <= {r["event"] for r in records}
-        assert {(eng.user.name, eng.user.uid, "podman")} == {
-            (r["user"], r["uid"], r["engine"]) for r in records}, records
+            subprocess.run(["rm", "-rf", str(conf)], check=False)
