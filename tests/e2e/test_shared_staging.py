@@ -94,3 +94,30 @@ class TestStagingMadeFirst:
         assert why in _lua_log(env)
         assert [] == list(staging.iterdir())
         assert [] == traces(env, "s1")
+
+
+class TestHostileImage:
+    @pytest.mark.case("S-17")
+    def test_directory_name_with_a_newline(self, user_env: Env, conf_dir: Path,
+                                           shared: Path) -> None:
+        """An image with a top-level directory named "x<newline>dir=.." (which forged a
+        second line of the staging script's output, naming the cache entry itself as an
+        overlay) runs from a copy of its rootfs, never from overlays of the cache."""
+        env = user_env
+        conf = conf_dir / "slurm.conf"
+        bundle = env.bundle(["sh", "-c", 'for d in /x*; do [ -d "$d" ] && echo found; done'],
+                            name="bundle-nl")
+        (bundle.path / "rootfs" / "x\ndir=..").mkdir()
+        env.chown(bundle.path)
+        created = env.create("nl", bundle, conf=conf)
+        assert 0 == created.rc, created.stderr()
+        staged = Path(str(env.state("nl")["bundle"]))
+        config = json.loads((staged / "config.json").read_text())
+        assert [] == [m for m in config["mounts"] if m["type"] == "overlay"]
+        assert 0 == env.run("start", "nl", conf=conf).returncode
+        assert 0 == created.wait_exit()
+        assert "found\n" == created.stdout()
+        assert 0 == env.run("delete", "nl", conf=conf).returncode
+        assert "a top-level directory of the image has a name overlay options cannot " \
+               "carry (status 7" in _lua_log(env)
+        assert [] == traces(env, "nl")
