@@ -158,10 +158,19 @@ class Doctor:
         return Check("oci.conf", OK, f"{path} ({conf.mode} mode)")
 
     def scrun_lua(self) -> Check:
+        from scrun_py import site_conf, trust
         from scrun_py.hooks.lua import NoHooks, load_hooks
 
+        site: site_conf.SiteConf | None = None
+        try:  # where create looks (a broken site file is the scrun-py.toml check's)
+            site = site_conf.load(self.slurm_conf)
+            site_trust = trust.parse(site)
+        except ScrunError:
+            site = None
         try:
-            hooks = load_hooks(self.slurm_conf)
+            if site is not None:
+                trust.check_lua_override(site_trust, os.environ, site)
+            hooks = load_hooks(self.slurm_conf, site_dir=site.directory if site else None)
         except ScrunError as exc:
             return Check("scrun.lua", FAIL, str(exc), "fix the script (docs/hooks.md)")
         if isinstance(hooks, NoHooks):

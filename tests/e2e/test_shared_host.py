@@ -281,6 +281,10 @@ class TestSiteFiles:
         assert (f"SCRUN_PY_LUA is not allowed here: {system_dir / 'scrun-py.toml'} sets "
                 "[trust] lua_override = false") in lines[0]
         assert not marker.exists()
+        doctor = _system_run(env, system_dir, "doctor", conf=conf, SCRUN_PY_LUA=str(lua))
+        assert 0 != doctor.returncode
+        assert "SCRUN_PY_LUA is not allowed here" in doctor.stdout, doctor.stdout
+        assert "SCRUN_PY_LUA refused" in doctor.stdout, doctor.stdout
         assert [] == traces(env)
 
 
