@@ -297,7 +297,7 @@ class TestAuditRealUser:
                                                    conf_dir: Path) -> None:
         """scruntest runs scrun-py as root of a user namespace of its own (rootless
         podman's situation, `unshare --map-root-user`): every record names scruntest and
-        uid 1001-like real uid, none names root; a user's file ({user}) is theirs."""
+        its real uid, none names root; the user's file ({user}) is theirs."""
         env = user_env
         logdir = env.work / "audit"
         logdir.mkdir()
