@@ -48,8 +48,11 @@ local CACHE_BASE = "/tmp/scrun-cache-%u"
 local CACHE_MAX_MB = 4096
 -- "metadata": the key covers every entry's path, type, mode, owner, size, mtime and link
 -- target (rsync's quick check); "content": also the bytes of every regular file
--- (sha256, read on every stage_in).
-local CACHE_KEY = "metadata"
+-- (sha256, read on every stage_in); "auto": "content" where the cache is shared by every
+-- caller (jobs of uid 0: root dockerd and root podman run every user's containers as
+-- root, so one image author could plant an entry another user's image is served from),
+-- "metadata" in a user's own cache.
+local CACHE_KEY = "auto"
 ------------------------------------------------------------------------------------
 
 local format = string.format
@@ -281,11 +284,15 @@ local CACHE_FUNCTIONS = table.concat({
     .. '&& chmod --reference="$1" -- "$2" && touch -r "$1" -- "$2"; }',
 }, "\n")
 
+-- DIR must be a directory of this user's that nobody else can write (another user may
+-- have made it first in a shared /tmp)
 local function owned_dir(dir)
   return table.concat({
     "mkdir -p -- " .. q(dir),
     format('if [ -L %s ] || [ ! -O %s ]; then echo "%s is not a directory owned by '
            .. 'uid $(id -u)" >&2; exit 1; fi', q(dir), q(dir), dir),
+    format('if [ -n "$(find %s -maxdepth 0 -perm /022)" ]; then echo "%s is writable by '
+           .. 'other users" >&2; exit 1; fi', q(dir), dir),
   }, "\n")
 end
 
@@ -313,7 +320,7 @@ end
 -- counting PATHS): a digest of every entry's path, type, mode, owner, size, mtime and
 -- link target; directories without size and mtime, symlinks without mode and mtime
 -- ("content": and every regular file's sha256).
-local function key_commands(paths_in_rootfs)
+local function key_commands(paths_in_rootfs, key_kind)
   local prune = prune_args(paths_in_rootfs)
   local lines = {
     'cd -- "$SRC"',
@@ -322,12 +329,12 @@ local function key_commands(paths_in_rootfs)
       .. [[-o -printf '%p\t%y\t%m\t%U\t%G\t%s\t%T@\0' > "$S/key-list"]],
     'LC_ALL=C sort -z -o "$S/key-list" "$S/key-list"',
   }
-  if CACHE_KEY == "content" then
+  if key_kind == "content" then
     table.insert(lines, "find . " .. prune .. '-type f -print0 | LC_ALL=C sort -z '
                  .. '| xargs -0 -r sha256sum -- >> "$S/key-list"')
   end
   table.insert(lines, format([[key=$({ printf 'scrun-staging 1 %%s\0' %s; cat -- "$S/key-list"; } ]]
-                             .. "| sha256sum | cut -c1-64)", q(CACHE_KEY)))
+                             .. "| sha256sum | cut -c1-64)", q(key_kind)))
   table.insert(lines, 'rm -f -- "$S/key-list"; cd /')
   return table.concat(lines, " &&\n")
 end
@@ -373,6 +380,12 @@ end
 -- Overlay options are comma-separated and lowerdir colon-separated.
 local function overlay_safe(path)
   return not path:find("[^%w/%._%-+@]")
+end
+
+-- The key's kind for a job of USER_ID (CACHE_KEY "auto": "content" in a shared cache)
+local function key_kind(user_id)
+  if CACHE_KEY ~= "auto" then return CACHE_KEY end
+  return math.floor(user_id) == 0 and "content" or "metadata"
 end
 
 local function cache_vars(staging, cache, id, job_id)
@@ -426,7 +439,7 @@ local function stage_in_cached(id, text, source_root, job_id, user_id, group_id,
     'in_ns mount -t overlay overlay -o "userxattr,lowerdir=$S/probe/l,upperdir=$S/probe/u,'
       .. 'workdir=$S/probe/w" "$S/probe/m" || exit 3',
     'remove_dir "$S/probe"',
-    "{ " .. key_commands(excluded) .. "; } || exit 4",
+    "{ " .. key_commands(excluded, key_kind(user_id)) .. "; } || exit 4",
     'echo "key=$key"',
     'E=$C/entries/$key; T=$C/tmp/$key.$ID',
     'mkdir -p -- "$C/entries" "$C/tmp" "$C/trash" || exit 1',
@@ -461,6 +474,9 @@ local function stage_in_cached(id, text, source_root, job_id, user_id, group_id,
     'set --',
     'for _f in * .[!.]* ..?*; do',
     '  [ -e "$_f" ] || [ -L "$_f" ] || continue',
+    -- a name overlay options cannot carry (a newline would also forge a "dir=" line)
+    '  case "$_f" in *[!A-Za-z0-9._+@-]*) if [ -d "$_f" ] && [ ! -L "$_f" ]; then exit 7; fi;; '
+      .. 'esac',
     '  if [ -d "$_f" ] && [ ! -L "$_f" ]; then set -- "$@" "$_f"; printf "dir=%s\\n" "$_f"',
     '  else ' .. CP .. ' -- "$_f" "$S/rootfs/" || exit 1; fi',
     'done',
@@ -487,14 +503,18 @@ local function stage_in_cached(id, text, source_root, job_id, user_id, group_id,
   local reasons = { [3] = "overlayfs cannot be mounted here",
                     [4] = "the rootfs cannot be read for its key",
                     [5] = "the copy into the cache failed",
-                    [6] = "its cache entry lost files and a container still uses it" }
+                    [6] = "its cache entry lost files and a container still uses it",
+                    [7] = "a top-level directory of the image has a name overlay options "
+                          .. "cannot carry" }
   if status ~= 0 then
     return give_up(format("%s (status %s: %s)", reasons[status] or "the cache failed",
                           tostring(status), (output:gsub("%s+$", ""):gsub("\n", "; "))))
   end
   local dirs = {}
   for dir in output:gmatch("dir=([^\n]*)") do
-    if not overlay_safe(dir) then return give_up("a top-level directory named " .. dir) end
+    if not overlay_safe(dir) or dir:find("/") or dir == "." or dir == ".." then
+      return give_up("a top-level directory named " .. dir)
+    end
     table.insert(dirs, dir)
   end
   for line in output:gmatch("evicted (%x+)") do
@@ -617,9 +637,7 @@ function slurm_scrun_stage_in(id, bundle, spool_dir, config_file, job_id, user_i
   slurm.log_info("scrun-staging: copying %s to %s", source_root, staged_root)
   local prepare = table.concat({
     "umask 077",
-    "mkdir -p -- " .. q(base),
-    format('if [ -L %s ] || [ ! -O %s ]; then echo "%s is not a directory owned by '
-           .. 'uid $(id -u)" >&2; exit 1; fi', q(base), q(base), base),
+    "set -e", owned_dir(base), "set +e",
     "chmod -R u+rwX -- " .. q(staging) .. " 2>/dev/null || true",
     "rm -rf -- " .. q(staging),
     "mkdir -p -- " .. q(staged_root),

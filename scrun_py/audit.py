@@ -1,18 +1,26 @@
-"""Audit trail: one JSON record per lifecycle event, to a site file and/or syslog.
+"""Audit trail: one JSON record per lifecycle event, to syslog and/or a site file.
 
 Configured in `scrun-py.toml` next to slurm.conf:
 
     [audit]
-    file = "/var/log/scrun-py/audit.jsonl"   # append-only JSON lines
-    syslog = true                            # tag "scrun-py", facility user
+    syslog = true                  # the default with an [audit] table: tag "scrun-py",
+                                   # facility user; the daemon knows the sender's uid
+    file = "/var/log/scrun-py/audit.jsonl"          # one file the site made for everyone
+    file = "/var/log/scrun-py/{user}.jsonl"         # or one per user ({user}, {uid})
 
-An audit write that fails never fails the container; it is reported on stderr.
+Records name the real user: under rootless podman the runtime runs as root of the
+user's namespace, and the record names the user that root stands for.  A shared file
+(no placeholder) is never created here: the site makes it (docs/audit.md), else one
+user's first record would make it theirs alone.  A per-user file is created 0600 and
+written only while it belongs to the writer.  An audit write that fails never fails
+the container; it is reported on stderr.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -20,6 +28,8 @@ from typing import Any, NamedTuple
 from scrun_py import procs, site_conf
 from scrun_py.errors import ConfigError
 from scrun_py.site_conf import SiteConf
+
+_PLACEHOLDER_RE = re.compile(r"\{(user|uid)\}")
 
 
 class AuditSettings(NamedTuple):
@@ -35,9 +45,12 @@ def load_settings(slurm_conf: Path, site: SiteConf | None = None) -> AuditSettin
     """The [audit] table of the site file (pass `site` when it is already loaded)."""
     site = site_conf.load(slurm_conf) if site is None else site
     section = site.section("audit", ("file", "syslog"))
-    file, use_syslog = section.get("file", ""), section.get("syslog", False)
+    file = section.get("file", "")
+    use_syslog = section.get("syslog", "audit" in site.data)
     if not isinstance(file, str) or (file and not os.path.isabs(file)):
         raise site.error("audit", "file", "must be an absolute path")
+    if re.search(r"\{(?!user\}|uid\})", file):
+        raise site.error("audit", "file", "the only placeholders are {user} and {uid}")
     if not isinstance(use_syslog, bool):
         raise site.error("audit", "syslog", "must be true or false")
     return AuditSettings(file=file, syslog=use_syslog)
@@ -55,20 +68,44 @@ def detect_engine() -> str:
     return "cli"
 
 
+def _append(pattern: str, uid: int, user: str, line: str) -> None:
+    """Append one line to the audit file `pattern` names for this user (OSError or
+    ValueError for a file that may not be written)."""
+    path = _PLACEHOLDER_RE.sub(lambda m: user if m.group(1) == "user" else str(uid), pattern)
+    per_user = path != pattern
+    flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags | (os.O_CREAT if per_user else 0), 0o600)
+    except FileNotFoundError:
+        if per_user:
+            raise
+        raise ValueError(f"{path} does not exist (the site creates the shared audit "
+                         "file)") from None
+    try:
+        if per_user and os.fstat(fd).st_uid != os.geteuid():
+            raise ValueError(f"{path} belongs to another user: not written")
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
+
+
 def record(settings: AuditSettings, event: str, *, container_id: str, **fields: Any) -> None:
     if not settings.enabled:
         return
-    from scrun_py.logs import append_line, rfc3339_now, syslog_send
+    from scrun_py.logs import rfc3339_now, syslog_send
 
-    uid = os.getuid()
-    rec = {"time": rfc3339_now(), "event": event, "user": procs.user_name(uid), "uid": uid,
+    uid = procs.real_uid()
+    user = procs.user_name(uid)
+    rec = {"time": rfc3339_now(), "event": event, "user": user, "uid": uid,
            "container_id": container_id, **{k: v for k, v in fields.items() if v is not None}}
     line = json.dumps(rec, separators=(",", ":"), default=str)
     if settings.file:
         try:
-            append_line(settings.file, line, mode=0o600)
+            _append(settings.file, uid, user, line)
         except OSError as exc:
             sys.stderr.write(f"scrun-py: warning: audit file {settings.file}: {exc.strerror}\n")
+        except ValueError as exc:
+            sys.stderr.write(f"scrun-py: warning: audit file {exc}\n")
     if settings.syslog:
         import syslog
 

@@ -158,10 +158,19 @@ class Doctor:
         return Check("oci.conf", OK, f"{path} ({conf.mode} mode)")
 
     def scrun_lua(self) -> Check:
+        from scrun_py import site_conf, trust
         from scrun_py.hooks.lua import NoHooks, load_hooks
 
+        site: site_conf.SiteConf | None = None
+        try:  # where create looks (a broken site file is the scrun-py.toml check's)
+            site = site_conf.load(self.slurm_conf)
+            site_trust = trust.parse(site)
+        except ScrunError:
+            site = None
         try:
-            hooks = load_hooks(self.slurm_conf)
+            if site is not None:
+                trust.check_lua_override(site_trust, os.environ, site)
+            hooks = load_hooks(self.slurm_conf, site_dir=site.directory if site else None)
         except ScrunError as exc:
             return Check("scrun.lua", FAIL, str(exc), "fix the script (docs/hooks.md)")
         if isinstance(hooks, NoHooks):
@@ -173,12 +182,13 @@ class Doctor:
         return Check("scrun.lua", OK, f"{script}: loads, both hooks defined")
 
     def site_file(self) -> Check:
-        from scrun_py import audit, policy, site_conf
+        from scrun_py import audit, policy, site_conf, trust
 
         try:
             site = site_conf.load(self.slurm_conf)
             audit_settings = audit.load_settings(self.slurm_conf, site)
             rules = policy.load_policy(site)
+            site_trust = trust.parse(site)
         except ScrunError as exc:
             return Check("scrun-py.toml", FAIL, str(exc), "fix the file (docs/policy.md, "
                          "docs/audit.md): every create fails until then")
@@ -189,7 +199,12 @@ class Doctor:
         audit_part = f"audit to {' and '.join(sinks)}" if sinks else "no audit trail"
         set_rules = [k for k in policy.KEYS if k in site.data.get("policy", {})]
         policy_part = f"policy: {', '.join(set_rules)}" if not rules.empty else "no policy"
-        return Check("scrun-py.toml", OK, f"{site.path}: {audit_part}; {policy_part}")
+        pinned = [text for text, on in (
+            ("site files pinned to the system's", site_trust.site_files == "system"),
+            ("SCRUN_PY_LUA refused", not site_trust.lua_override)) if on]
+        trust_part = f"; {', '.join(pinned)}" if pinned else ""
+        return Check("scrun-py.toml", OK,
+                     f"{site.path}: {audit_part}; {policy_part}{trust_part}")
 
     def oci_runtime(self) -> Check:
         cmd = self._runtime_cmd

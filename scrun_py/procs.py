@@ -110,6 +110,14 @@ def ns_root_host_id(kind: str = "uid") -> int:
     return next((outside for inside, outside, _ in _id_map(kind) if inside == 0), 0)
 
 
+def real_uid() -> int:
+    """The user behind this process: getuid(), except as root of a user namespace
+    (rootless podman runs the runtime as its namespace's 0), where it is the uid that 0
+    stands for outside."""
+    uid = os.getuid()
+    return ns_root_host_id("uid") if uid == 0 else uid
+
+
 def in_user_namespace() -> bool:
     """True unless this is the initial user namespace (uid_map "0 0 4294967295")."""
     return _id_map("uid") != [(0, 0, 4294967295)]

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 # anchor leaves in its directory
 STATE_FILE, ABANDON_FILE = "state.json", "on-abandon.sh"
 SOCKET_NAME = "anchor.sock"  # spool.SOCKET_NAME
+SYSTEM_SITE_FILE = "/etc/slurm/scrun-py.toml"  # site_conf.system_file()
 _GLOBALS = ("--root", "--log", "--log-format", "-f", "--slurm-conf")
 _ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_+.-")
 _STATUSES = ("creating", "created", "running", "stopped")
@@ -171,14 +172,16 @@ def answer(argv: list[str], environ: Mapping[str, str]) -> str | None:
 def _unaudited(argv: list[str], environ: Mapping[str, str],
                verb: str) -> tuple[dict[str, str], str, bool] | None:
     """`_parse` of a plain call of `verb`, or None, also where a site file sits next to
-    slurm.conf: the site may keep an audit trail of starts and deletes."""
+    slurm.conf or the system's slurm.conf: the site may keep an audit trail of starts
+    and deletes (the system's file may make itself the one in use)."""
     parsed = _parse(argv, verb) if _plain_env(environ) else None
     if parsed is None:
         return None
     opts = parsed[0]
     conf = (os.path.abspath(opts["-f"]) if "-f" in opts
             else environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf")
-    if os.path.lexists(os.path.join(os.path.dirname(conf), "scrun-py.toml")):
+    if os.path.lexists(os.path.join(os.path.dirname(conf), "scrun-py.toml")) \
+            or os.path.lexists(SYSTEM_SITE_FILE):
         return None
     return parsed
 
@@ -194,10 +197,13 @@ def delete(argv: list[str], environ: Mapping[str, str]) -> bool:
     cdir = os.path.join(os.path.abspath(opts["--root"]), cid)
     try:
         names = os.listdir(cdir)
+        st = os.stat(cdir)
     except FileNotFoundError:
         return force and not os.path.lexists(cdir)  # gone: --force succeeds quietly
     except OSError:
         return False
+    if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        return False  # not the caller's own: the full path refuses it (commands/delete)
     rec = (_record(os.path.join(cdir, STATE_FILE))
            if STATE_FILE in names and set(names) <= {STATE_FILE, ABANDON_FILE} else None)
     if rec is None or rec["status"] != "stopped" or rec["anchor_pid"] != 0:

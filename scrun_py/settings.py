@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from scrun_py import flags
+from scrun_py.site_conf import DEFAULT_SLURM_CONF
 
-DEFAULT_SLURM_CONF = Path("/etc/slurm/slurm.conf")
+__all__ = ["DEFAULT_SLURM_CONF", "Invocation", "default_root", "log_file"]
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,14 @@
 
     [audit]    -> scrun_py.audit
     [policy]   -> scrun_py.policy
+    [trust]    -> scrun_py.trust
 
 A missing file is an empty one.  An unknown table or key is an error, so that a typo
 (`[polcy]`) cannot silently switch a site's policy off.
+
+The file is read next to the slurm.conf the caller names (-f, SLURM_CONF), except where
+the system's file (next to the default slurm.conf) says `[trust] site_files = "system"`:
+then the system's file (and scrun.lua) are used whatever slurm.conf the caller names.
 """
 
 from __future__ import annotations
@@ -14,13 +19,26 @@ from typing import Any, NamedTuple
 
 from scrun_py.errors import ConfigError
 
+# The system's slurm.conf (settings.DEFAULT_SLURM_CONF): where Slurm's commands look
+# when neither -f nor SLURM_CONF names another
+DEFAULT_SLURM_CONF = Path("/etc/slurm/slurm.conf")
+
 SITE_FILE = "scrun-py.toml"
-SECTIONS = ("audit", "policy")
+SECTIONS = ("audit", "policy", "trust")
+TRUST_KEYS = ("site_files", "lua_override", "container_env")  # scrun_py.trust
 
 
 class SiteConf(NamedTuple):
     path: Path
     data: dict[str, Any] = {}  # noqa: RUF012 - never changed in place
+    # the [trust] table of the system's file (the only one a caller cannot choose)
+    system_trust: dict[str, Any] = {}  # noqa: RUF012 - never changed in place
+    system_path: Path | None = None  # the system's file, where system_trust comes from
+
+    @property
+    def directory(self) -> Path:
+        """Where this file's scrun.lua is looked for."""
+        return self.path.parent
 
     def section(self, name: str, keys: tuple[str, ...]) -> dict[str, Any]:
         """The table `name` ({} if absent), with every key checked against `keys`."""
@@ -40,12 +58,18 @@ def site_file(slurm_conf: Path) -> Path:
     return slurm_conf.parent / SITE_FILE
 
 
-def load(slurm_conf: Path) -> SiteConf:
-    path = site_file(slurm_conf)
+def system_file() -> Path:
+    """The site file next to the system's slurm.conf: a caller's -f or SLURM_CONF
+    does not move it."""
+    return site_file(DEFAULT_SLURM_CONF)
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    """The file's tables; None when there is no file."""
     try:
         text = path.read_text()
     except FileNotFoundError:
-        return SiteConf(path)  # the common case: no tomllib import on every verb
+        return None  # the common case: no tomllib import on every verb
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: {exc}") from exc
     import tomllib
@@ -58,4 +82,23 @@ def load(slurm_conf: Path) -> SiteConf:
     if unknown:
         raise ConfigError(f"{path}: unknown table [{unknown[0]}] "
                           f"(known: {', '.join(SECTIONS)})")
-    return SiteConf(path, data)
+    return data
+
+
+def load(slurm_conf: Path, system: Path | None = None) -> SiteConf:
+    """The site file in use for `slurm_conf` (`system`: the system's file, for tests)."""
+    system = system_file() if system is None else system
+    system_data = _read(system) or {}
+    trust = system_data.get("trust", {})
+    if not isinstance(trust, dict):
+        raise ConfigError(f"{system}: [trust] must be a table")
+    unknown = sorted(set(trust) - set(TRUST_KEYS))
+    if unknown:  # checked whatever file is in use: a typo must not switch a setting off
+        raise ConfigError(f"{system}: [trust]: unknown key {unknown[0]}")
+    pinned = trust.get("site_files", "any")
+    if pinned not in ("any", "system"):
+        raise ConfigError(f'{system}: [trust] site_files: must be "any" or "system"')
+    path = site_file(slurm_conf)
+    if pinned == "system" or path == system:
+        return SiteConf(system, system_data, trust, system)
+    return SiteConf(path, _read(path) or {}, trust, system)

@@ -57,15 +57,35 @@ def container_dir(root: Path, container_id: str) -> Path:
 
 
 def ensure_root(root: Path) -> None:
-    """Create --root (0700) if needed; it must be a writable directory."""
+    """Create --root (0700) if needed; it must be a writable directory of the caller's
+    that no other user can write (runc checks XDG_RUNTIME_DIR the same way): in a shared
+    place (the /tmp fallback of settings.default_root) another user may have made it
+    first, to rename or plant the caller's container directories."""
     try:
         root.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as exc:
         raise ScrunError(f"cannot create root directory {root}: {exc.strerror}") from exc
     if not root.is_dir():
         raise ScrunError(f"root {root} is not a directory")
+    check_private(root, "root directory")
     if not os.access(root, os.W_OK | os.X_OK):
         raise ScrunError(f"root directory {root} is not writable")
+
+
+def check_private(path: Path, what: str) -> None:
+    """`path` (symlinks followed) must belong to the caller (its effective
+    uid) and be writable by nobody else; ScrunError naming the owner or the mode."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise ScrunError(f"{what} {path}: {exc.strerror}") from exc
+    euid = os.geteuid()
+    if st.st_uid != euid:
+        raise ScrunError(f"{what} {path} belongs to uid {st.st_uid}, not to uid {euid}: "
+                         "refusing it (another user may have created it)")
+    if st.st_mode & 0o022:
+        raise ScrunError(f"{what} {path} is writable by other users "
+                         f"(mode {st.st_mode & 0o7777:04o}): refusing it")
 
 
 def make_container_dir(root: Path, container_id: str) -> Path:

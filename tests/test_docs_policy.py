@@ -20,3 +20,16 @@ def test_example_loads_and_sets_every_rule(tmp_path: Path) -> None:
     loaded = policy.load_policy(site)
     assert set(policy.KEYS) == set(site.data["policy"])
     assert not loaded.empty
+
+
+def test_trust_example_is_the_systems(tmp_path: Path) -> None:
+    """The [trust] example, as the system's file, pins the site's files and refuses
+    SCRUN_PY_LUA."""
+    from scrun_py import trust
+
+    blocks = re.findall(r"```toml\n(.*?)```", DOC.read_text(), re.S)
+    example = next(b for b in blocks if "[trust]" in b)
+    (tmp_path / "scrun-py.toml").write_text(example)
+    site = site_conf.load(tmp_path / "mine" / "slurm.conf", tmp_path / "scrun-py.toml")
+    assert tmp_path / "scrun-py.toml" == site.path
+    assert ("system", False) == (trust.parse(site).site_files, trust.parse(site).lua_override)

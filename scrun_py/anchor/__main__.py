@@ -54,7 +54,8 @@ def _prepare(spec: AnchorSpec, log: Logger) -> Lifecycle:
     log.sinks.update(_logger(spec, environ, {"stderr": oci_conf.stdio_debug,
                                              "file": oci_conf.file_debug,
                                              "syslog": oci_conf.syslog_debug}).sinks)
-    hooks = load_hooks(slurm_conf, log=log)
+    hooks = load_hooks(slurm_conf, override=None if spec.lua_override else "", log=log,
+                       site_dir=Path(spec.site_dir) if spec.site_dir else None)
     timeout = environ.get("SCRUN_PY_ALLOC_TIMEOUT", "")
     try:
         alloc_timeout = float(timeout) if timeout else None

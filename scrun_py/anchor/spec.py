@@ -81,6 +81,8 @@ class AnchorSpec(NamedTuple):
     audit_syslog: bool = False
     engine: str = ""
     log_level: str | None = None  # --log-level, as given
+    site_dir: str = ""  # where scrun.lua is looked for ("": next to slurm_conf)
+    lua_override: bool = True  # whether SCRUN_PY_LUA may name another scrun.lua
 
     def to_json(self) -> str:
         return json.dumps(self._asdict())

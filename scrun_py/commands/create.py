@@ -8,7 +8,7 @@ import os
 import signal
 from typing import TYPE_CHECKING, Any
 
-from scrun_py import audit, policy, procs, site_conf, spool, store
+from scrun_py import audit, policy, procs, site_conf, spool, store, trust
 from scrun_py.anchor import launch, readiness
 from scrun_py.anchor.launch import AnchorProcess, EarlyAnchor
 from scrun_py.anchor.spec import (
@@ -49,8 +49,10 @@ def _run(inv: Invocation, container_id: str, bundle: str | None, pid_file: str |
     applied: list[str] = []
     try:
         site_policy = policy.load_policy(site)  # a broken policy is audited as a failure
+        site_trust = trust.parse(site)
+        trust.check_lua_override(site_trust, os.environ, site)
         anchor = _create(inv, container_id, bundle, pid_file, console_socket, settings,
-                         site_policy, applied, early)
+                         site_policy, applied, early, (site, site_trust))
     except ScrunError as exc:
         audit.record(settings, "create-failed", container_id=container_id,
                      engine=audit.detect_engine(), bundle=bundle, error=str(exc))
@@ -69,7 +71,8 @@ def _run(inv: Invocation, container_id: str, bundle: str | None, pid_file: str |
 def _create(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | None,
             console_socket: str | None,
             settings: audit.AuditSettings, site_policy: policy.Policy,
-            applied: list[str], early: EarlyAnchor | None) -> AnchorProcess:
+            applied: list[str], early: EarlyAnchor | None,
+            site: tuple[site_conf.SiteConf, trust.Trust]) -> AnchorProcess:
     from scrun_py.oci.bundle import load_bundle
 
     bundle_path = os.path.abspath(bundle) if bundle else os.getcwd()
@@ -82,12 +85,7 @@ def _create(inv: Invocation, container_id: str, bundle: str | None, pid_file: st
     if console_socket and not loaded.config.process.terminal:
         console_socket = None  # runc ignores it when no terminal is requested
     runtime = RuntimeSettings(**_runtime_settings(inv))
-    bundle_info = BundleInfo(
-        path=loaded.path, rootfs=loaded.rootfs, imported_env=loaded.imported_env(),
-        config=ConfigInfo(ociVersion=loaded.config.ociVersion,
-                          process=ProcessInfo(args=list(loaded.config.process.args),
-                                              terminal=loaded.config.process.terminal),
-                          annotations=dict(loaded.config.annotations)))
+    bundle_info = _bundle_info(inv, container_id, loaded, site[1])
     spool.ensure_root(inv.root)
     cdir = spool.make_container_dir(inv.root, container_id)
     if early is not None:
@@ -103,7 +101,8 @@ def _create(inv: Invocation, container_id: str, bundle: str | None, pid_file: st
         slurm_conf=str(inv.slurm_conf_path()),
         ready_fd=write_fd, created=rfc3339_now(), bundle_info=bundle_info.to_dict(),
         runtime=runtime._asdict(), audit_file=settings.file,
-        audit_syslog=settings.syslog, engine=audit.detect_engine())
+        audit_syslog=settings.syslog, engine=audit.detect_engine(),
+        site_dir=str(site[0].directory), lua_override=site[1].lua_override)
     try:
         if early is not None:
             started = early.send(spec)
@@ -139,6 +138,21 @@ def _create(inv: Invocation, container_id: str, bundle: str | None, pid_file: st
         raise AnchorStartupFailed(f"container anchor exited during create (status {rc})")
     raise rebuild(str(result.get("kind", "ScrunError")),
                   str(result.get("message", "create failed")))
+
+
+def _bundle_info(inv: Invocation, container_id: str, loaded: Bundle,
+                 site_trust: trust.Trust) -> BundleInfo:
+    """What the anchor gets of the bundle: config.json's process.env only as far as the
+    trust rule lets it steer scrun-py and Slurm (each refused name is logged)."""
+    imported, refused = site_trust.split_env(loaded.config.process.env)
+    for name in refused:
+        inv.note("warning", trust.refused_warning(name), id=container_id, variable=name)
+    return BundleInfo(
+        path=loaded.path, rootfs=loaded.rootfs, imported_env=imported,
+        config=ConfigInfo(ociVersion=loaded.config.ociVersion,
+                          process=ProcessInfo(args=list(loaded.config.process.args),
+                                              terminal=loaded.config.process.terminal),
+                          annotations=dict(loaded.config.annotations)))
 
 
 def _runtime_settings(inv: Invocation) -> dict[str, Any]:
@@ -187,9 +201,7 @@ def policy_subject() -> policy.Subject:
     """The real user behind this create (rootless podman runs us as its namespace's 0)."""
     import pwd
 
-    uid = os.getuid()
-    if uid == 0:
-        uid = procs.ns_root_host_id("uid")
+    uid = procs.real_uid()
     try:
         pw = pwd.getpwuid(uid)
         return policy.Subject(uid=uid, user=pw.pw_name, home=pw.pw_dir)

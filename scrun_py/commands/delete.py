@@ -30,6 +30,7 @@ def run(inv: Invocation, container_id: str, force: bool) -> None:
         if force:
             return
         raise
+    _check_owner(cdir)
     status = store.effective_status(record)
     if status is not Status.STOPPED:
         # The anchor decides from its own phase (state.json may lag behind it): without
@@ -59,6 +60,27 @@ def run_matching(inv: Invocation, pattern: str, force: bool) -> None:
             run(inv, container_id, force)
         except ScrunError as exc:
             inv.note("warning", f"delete {container_id}: {exc}", container_id=container_id)
+
+
+def _check_owner(cdir: Path) -> None:
+    """delete acts on what state.json records (scancel of its job, removal of its pid
+    file): only on a record in a directory of the caller's that nobody else can write."""
+    import os
+
+    from scrun_py.errors import PermissionDenied
+
+    for path, what in ((cdir, "container directory"),
+                       (cdir / spool.STATE_FILE, "container state file")):
+        try:
+            owner = os.stat(path).st_uid
+        except OSError:
+            owner = -1
+        if owner != os.geteuid():  # the anchor's words for another user's container
+            raise PermissionDenied("permission denied: container belongs to another user")
+        try:
+            spool.check_private(path, what)
+        except ScrunError as exc:
+            raise PermissionDenied(f"permission denied: {exc}") from None
 
 
 def _wait_anchor_exit(record: store.ContainerRecord) -> None:

@@ -380,15 +380,19 @@ def _structlog_logger() -> Any:
 
 
 def load_hooks(slurm_conf: Path | None, override: str | None = None,
-               lua_version: str | None = None, log: Any = None) -> Hooks:
+               lua_version: str | None = None, log: Any = None,
+               site_dir: Path | None = None) -> Hooks:
     """The hooks to use: ``LuaHooks`` when a script exists, else ``NoHooks``.
 
-    ``override`` defaults to ``$SCRUN_PY_LUA``; ``lua_version`` to ``$SCRUN_PY_LUA_VERSION``
-    and then ``DEFAULT_LUA``; ``log`` as for ``LuaHooks``.
+    ``override`` defaults to ``$SCRUN_PY_LUA`` ("" : none, whatever the environment
+    says); ``site_dir`` (where ``scrun.lua`` is looked for) to slurm.conf's directory;
+    ``lua_version`` to ``$SCRUN_PY_LUA_VERSION`` and then ``DEFAULT_LUA``; ``log`` as
+    for ``LuaHooks``.
     """
     if override is None:
         override = os.environ.get(LUA_SCRIPT_ENV) or None
-    script = find_script(slurm_conf, override)
+    script = find_script(site_dir / "slurm.conf" if site_dir is not None else slurm_conf,
+                         override)
     if script is None:
         (log if log is not None else _structlog_logger()).debug("no scrun.lua, hooks disabled")
         return NoHooks()

@@ -21,7 +21,6 @@ from scrun_py.errors import BundleError
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
-ENV_IMPORT_PREFIXES = ("SCRUN_", "SLURM_")
 # SemVer 2.0.0 (semver.org), which the runtime spec requires of ociVersion
 _IDENT = r"(?:0|[1-9][0-9]*|[0-9]*[A-Za-z-][0-9A-Za-z-]*)"
 _SEMVER = re.compile(r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)"
@@ -128,18 +127,17 @@ class Bundle:
     def config_file(self) -> Path:
         return self.path / "config.json"
 
-    def imported_env(self) -> dict[str, str]:
-        """SCRUN_* and SLURM_* entries of process.env: what `docker run -e` may steer.
+    def imported_env(self, allowed: frozenset[str] | None = None) -> dict[str, str]:
+        """The entries of process.env that may steer scrun-py and Slurm: the names of
+        `allowed` (default: trust.CONTAINER_ENV, what the site has not widened).
 
-        Slurm's scrun means to import only these two prefixes too, but its prefix check
-        lets every entry into its own environment; we import only these two.
+        Slurm's scrun imports every SCRUN_* and SLURM_* entry (and, through its prefix
+        check, every other one); which of them an image may set is trust.py's rule.
         """
-        out: dict[str, str] = {}
-        for entry in self.config.process.env:
-            name, sep, value = entry.partition("=")
-            if sep and name.startswith(ENV_IMPORT_PREFIXES):
-                out[name] = value
-        return out
+        from scrun_py.trust import Trust
+
+        trust = Trust() if allowed is None else Trust(container_env=allowed)
+        return trust.split_env(self.config.process.env)[0]
 
 
 def _first_error(exc: ValidationError) -> str:

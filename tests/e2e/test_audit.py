@@ -8,11 +8,14 @@ import os
 import socket
 import subprocess
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import Env
+from tests.e2e.conftest import BASE, STATE, TEST_USER, VENV, Env, User
+from tests.e2e.test_engines import Engine, _guarded, engines_up  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.e2e
 
@@ -51,6 +54,12 @@ def _wait_for(path: Path, needle: str, timeout: float = 10) -> str:
     raise AssertionError(f"{needle!r} not in {path}")
 
 
+def _site_made(path: Path) -> None:
+    """The shared audit file as docs/audit.md has the site make it: root's, 0622."""
+    path.touch()
+    os.chmod(path, 0o622)
+
+
 class TestAudit:
     def test_lifecycle_events_in_file_and_syslog(self, user_env: Env, conf_dir: Path,
                                                  rsyslogd: Path) -> None:
@@ -58,6 +67,7 @@ class TestAudit:
         container id, job id, bundle, engine and the signal or exit code."""
         env = user_env
         audit_file = env.work / "audit.jsonl"
+        _site_made(audit_file)
         (conf_dir / "scrun-py.toml").write_text(
             f'[audit]\nfile = "{audit_file}"\nsyslog = true\n')
         conf = conf_dir / "slurm.conf"
@@ -91,6 +101,7 @@ class TestAudit:
         """A create that fails leaves a create-failed record with the error."""
         env = user_env
         audit_file = env.work / "audit.jsonl"
+        _site_made(audit_file)
         (conf_dir / "scrun-py.toml").write_text(f'[audit]\nfile = "{audit_file}"\n')
         bundle = env.bundle(["true"], env=["SCRUN_PARTITION=nosuch"])
         res = env.run("create", "--bundle", str(bundle.path), "bad",
@@ -109,3 +120,45 @@ class TestAudit:
                       conf=conf_dir / "slurm.conf")
         assert 0 != res.returncode
         assert "scrun-py.toml" in res.stderr and "fiel" in res.stderr
+
+
+@pytest.fixture
+def rootless_podman(engines_up: None) -> Iterator[Engine]:  # noqa: F811
+    yield from _guarded(Engine("podman", User.named(TEST_USER)))
+
+
+class TestAuditThroughRootlessPodman:
+    @pytest.mark.engines
+    def test_records_name_the_real_user(self, rootless_podman: Engine) -> None:
+        """Rootless podman runs scrun-py as root of the user's namespace: every record of
+        a `podman run` (create, start, exit, delete, from create and from the anchor)
+        names the test user and their uid, none root or 0, in the user's own file.  The
+        run uses a runtime wrapper of its own (`podman --runtime`) with a copy of the
+        engines' configuration, so the shared one is never changed."""
+        eng = rootless_podman
+        conf = BASE / f"audit-conf-{uuid.uuid4().hex[:8]}"
+        logdir = conf / "audit"
+        logdir.mkdir(parents=True)
+        os.chmod(conf, 0o755)
+        os.chmod(logdir, 0o1733)
+        for name in ("slurm.conf", "oci.conf", "scrun.lua"):
+            (conf / name).write_bytes((STATE / "engines" / "conf" / name).read_bytes())
+            os.chmod(conf / name, 0o644)
+        (conf / "scrun-py.toml").write_text(
+            f'[audit]\nfile = "{logdir}/{{user}}.jsonl"\nsyslog = false\n')
+        os.chmod(conf / "scrun-py.toml", 0o644)
+        wrapper = conf / "runtime"
+        wrapper.write_text(f'#!/bin/sh\nexec {VENV}/bin/scrun-py -f {conf}/slurm.conf "$@"\n')
+        os.chmod(wrapper, 0o755)
+        try:
+            res = eng("--runtime", str(wrapper), *eng.run_args(), "--rm", eng.image, "true")
+            assert 0 == res.returncode, res.stderr
+            path = logdir / f"{eng.user.name}.jsonl"
+            records = [json.loads(line) for line in path.read_text().splitlines()]
+            assert {"create", "start", "exit", "delete"} <= {r["event"] for r in records}
+            assert {(eng.user.name, eng.user.uid, "podman")} == {
+                (r["user"], r["uid"], r["engine"]) for r in records}, records
+            assert (eng.user.uid, [path.name]) == (
+                path.stat().st_uid, sorted(p.name for p in logdir.iterdir()))
+        finally:
+            subprocess.run(["rm", "-rf", str(conf)], check=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -57,10 +58,13 @@ class TestJobOptions:
 
 
 class TestExistingAllocation:
-    def test_slurm_job_id_reuses_the_job(self, user_env: Env) -> None:
-        """With SLURM_JOB_ID set the container runs in that job, no second job is made, and
-        the job is still running after the container is deleted."""
+    def test_slurm_job_id_reuses_the_job(self, user_env: Env, conf_dir: Path) -> None:
+        """With SLURM_JOB_ID set (config.json may set it where the site's [trust]
+        container_env allows it) the container runs in that job, no second job is made,
+        and the job is still running after the container is deleted."""
         env = user_env
+        (conf_dir / "scrun-py.toml").write_text('[trust]\ncontainer_env = ["SLURM_JOB_ID"]\n')
+        conf = conf_dir / "slurm.conf"
         holder = subprocess.Popen(
             env.user.argv(["salloc", "--no-shell", "--job-name=outer", "--time=5"]),
             env=env.user.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -69,14 +73,14 @@ class TestExistingAllocation:
         try:
             before = squeue("-u", env.user.name, "-o", "%i").split()
             bundle = env.bundle(["sh", "-c", "echo $SLURM_JOB_ID"], env=[f"SLURM_JOB_ID={outer}"])
-            created = env.create("reuse", bundle)
+            created = env.create("reuse", bundle, conf=conf)
             assert 0 == created.rc, created.stderr()
             assert outer == created.job_id()
             assert before == squeue("-u", env.user.name, "-o", "%i").split()
-            assert 0 == env.run("start", "reuse").returncode
+            assert 0 == env.run("start", "reuse", conf=conf).returncode
             assert 0 == created.wait_exit()
             assert f"{outer}\n" == created.stdout()
-            assert 0 == env.run("delete", "reuse").returncode
+            assert 0 == env.run("delete", "reuse", conf=conf).returncode
             time.sleep(0.2)
             assert "RUNNING" == squeue("-j", str(outer), "-o", "%T").strip()
             assert [] == leftovers(env, "reuse")

@@ -172,6 +172,7 @@ def any_engine(request: pytest.FixtureRequest, engines_up: None) -> Iterator[Eng
         yield from _guarded(Engine("podman", User.named(TEST_USER)))
 
 
+@pytest.mark.engines
 class TestPolicyThroughEngines:
     def test_hardened_run(self, any_engine: Engine) -> None:
         eng = any_engine

@@ -89,7 +89,8 @@ def tree(path: Path) -> list[tuple[str, int, int, int, int]]:
 class Image:
     """A new image: busybox plus /added (its own content, so its own cache key)."""
 
-    def __init__(self, eng: engines.Engine, extra: str | None = None) -> None:
+    def __init__(self, eng: engines.Engine, extra: str | None = None,
+                 mtime: int | None = None) -> None:
         self.eng = eng
         tag = f"scrun-cache-{uuid.uuid4().hex[:8]}"
         self.name = tag if eng.name == "docker" else f"localhost/{tag}"
@@ -104,7 +105,7 @@ class Image:
             # an mtime of its own as well: the default key, like rsync's quick check, takes
             # a file of the same size and mtime for the same file
             info.size, info.mode = len(data), 0o644
-            info.mtime = 1_700_000_000 + uuid.uuid4().int % 10**8
+            info.mtime = mtime or 1_700_000_000 + uuid.uuid4().int % 10**8
             tar.addfile(info, io.BytesIO(data))
         self.tar.chmod(0o644)
         res = eng("import", *(["-q"] if eng.name == "podman" else []), str(self.tar), self.name)
@@ -222,6 +223,32 @@ class TestCache:
         new = {k: v for k, v in entries(engine).items() if k not in before}
         assert (1, [4], []) == (len(new), list(new.values()),
                                 sorted((cache_dir(engine) / "tmp").iterdir()))
+
+
+@pytest.fixture(params=["docker", "podman-root"])
+def root_engine(request: pytest.FixtureRequest, engines_up: None) -> Iterator[engines.Engine]:
+    """The engines whose containers all run as root: one cache every caller shares."""
+    name = str(request.param).partition("-")[0]
+    yield from guarded(engines.Engine(name, User.named("root")))
+
+
+class TestSharedCache:
+    def test_look_alike_image_is_not_served(self, root_engine: engines.Engine) -> None:
+        """A hostile image author's look-alike: the same files, /added with the same size
+        and mtime but other bytes, run first.  The other image's container sees its own
+        bytes (the shared cache's default key covers content), in an entry of its own."""
+        mtime = 1_700_000_000 + uuid.uuid4().int % 10**8
+        planted = Image(root_engine, extra="planted\n", mtime=mtime)
+        victim = Image(root_engine, extra="genuine\n", mtime=mtime)
+        try:
+            before = entries(root_engine)
+            for img in (planted, victim):
+                res = root_engine.run("--rm", img.name, "cat", "/added")
+                assert (0, img.added) == (res.returncode, res.stdout), res.stderr
+            assert 2 == len(set(entries(root_engine)) - set(before))
+        finally:
+            planted.remove()
+            victim.remove()
 
 
 @pytest.fixture(params=["root", "rootless"])

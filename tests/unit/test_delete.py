@@ -100,6 +100,40 @@ class TestDelete:
         assert "42\n" == seen.read_text()
         assert cdir.exists() is False
 
+    @pytest.mark.parametrize("plant", ["open-dir", "open-file", "foreign-dir"])
+    def test_planted_record_not_acted_on(self, tmp_root: Path, tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str],
+                                         plant: str) -> None:
+        """A record another user could have written (its directory or state.json
+        writable by others, or a directory that is not the caller's) is not trusted:
+        delete refuses with one line, runs no scancel and leaves the recorded pid file."""
+        bindir = tmp_path / "bin"
+        bindir.mkdir()
+        seen = tmp_path / "scancel.args"
+        (bindir / "scancel").write_text(f'#!/bin/sh\necho "$@" > {seen}\n')
+        (bindir / "scancel").chmod(0o755)
+        monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+        pid_file = tmp_path / "victim.pid"
+        pid_file.write_text(str(IMPOSSIBLE_PID))
+        cdir = stored(tmp_root, "running", IMPOSSIBLE_PID, job_id=42, owns_job=True,
+                      pid_file=str(pid_file))
+        if plant == "open-dir":
+            cdir.chmod(0o777)
+        elif plant == "open-file":
+            (cdir / spool.STATE_FILE).chmod(0o666)
+        elif os.geteuid() == 0:
+            os.chown(cdir, 65534, 65534)
+        else:
+            pytest.skip("giving a directory to another uid needs root")
+        assert 1 == run(["--root", str(tmp_root), "delete", "--force", "c1"])
+        err = capsys.readouterr().err
+        assert 1 == len(err.splitlines()), err
+        assert "permission denied: container " in err
+        assert not seen.exists()
+        assert pid_file.exists()
+        assert (cdir / spool.STATE_FILE).exists()
+
     def test_dead_anchor_scancel_missing(self, tmp_root: Path, tmp_path: Path,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
         """No scancel to run is no failure of delete: the container still goes."""

@@ -22,7 +22,7 @@ CLI_ENTRY_POINTS = {"scrun_py.__main__", "scrun_py.entry"}
 PURE_MODULES = ["scrun_py.protocol", "scrun_py.patterns", "scrun_py.oci.state",
                 "scrun_py.slurm.argv", "scrun_py.slurm.options", "scrun_py.status",
                 "scrun_py.signames", "scrun_py.policy", "scrun_py.slurm.parse",
-                "scrun_py.anchor.table"]
+                "scrun_py.anchor.table", "scrun_py.trust"]
 IO_MODULES = {"subprocess", "socket", "asyncio"}
 LUPA_MODULE = "scrun_py.hooks.lua"
 

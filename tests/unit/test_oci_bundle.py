@@ -122,15 +122,22 @@ class TestValidBundle:
 
 
 class TestImportedEnv:
-    def test_only_scrun_and_slurm_prefixes(self, bundle: Path) -> None:
-        """Only SCRUN_* and SLURM_* entries are imported, with values kept verbatim."""
+    def test_only_allowed_names(self, bundle: Path) -> None:
+        """Only the SCRUN_* names trust.CONTAINER_ENV allows are imported, values kept
+        verbatim; SLURM_* (here SLURM_CONF) and unknown SCRUN_* names are not."""
         _write(bundle, _config(process=_process(env=[
             "PATH=/bin", "SCRUN_PARTITION=debug", "SLURM_CONF=/etc/s.conf", "HOME=/root",
             "SCRUN_X=a=b", "SCRUNX=1", "slurm_lower=1", "SLURM_EMPTY=", "SCRUN_NOVALUE",
-            "XSLURM_Y=1",
+            "XSLURM_Y=1", "SCRUN_ACCOUNT=a=b", "SCRUN_QOS=", "SCRUN_PROLOG=/tmp/x",
         ])))
-        assert {"SCRUN_PARTITION": "debug", "SLURM_CONF": "/etc/s.conf", "SCRUN_X": "a=b",
-                "SLURM_EMPTY": ""} == load_bundle(bundle).imported_env()
+        assert {"SCRUN_PARTITION": "debug", "SCRUN_ACCOUNT": "a=b", "SCRUN_QOS": ""} == (
+            load_bundle(bundle).imported_env())
+
+    def test_site_allows_more(self, bundle: Path) -> None:
+        """Names the site allows are imported too."""
+        _write(bundle, _config(process=_process(env=["SLURM_JOB_ID=7", "SLURM_CONF=/x"])))
+        assert {"SLURM_JOB_ID": "7"} == load_bundle(bundle).imported_env(
+            frozenset({"SLURM_JOB_ID"}))
 
     def test_empty_env(self, bundle: Path) -> None:
         """A process without env imports nothing."""

@@ -96,6 +96,13 @@ def test_file_names_are_the_full_paths() -> None:
         quick.STATE_FILE, quick.ABANDON_FILE, quick.SOCKET_NAME)
 
 
+def test_system_site_file_is_site_conf_s() -> None:
+    """The quick path steps aside for the same system file site_conf reads."""
+    from scrun_py import site_conf
+
+    assert str(site_conf.system_file()) == quick.SYSTEM_SITE_FILE
+
+
 def _delete_argv(root: Path, *extra: str) -> list[str]:
     return ["--root", str(root), "-f", str(root.parent / "slurm.conf"), "delete", *extra, "c1"]
 
@@ -141,6 +148,22 @@ def test_a_site_file_is_left_to_the_full_path(tmp_root: Path) -> None:
     assert cdir.exists()
     assert not quick.delete(["--root", str(tmp_root), "delete", "c1"],
                             {"SLURM_CONF": str(tmp_root.parent / "slurm.conf")})
+
+
+def test_a_system_site_file_is_left_to_the_full_path(tmp_root: Path, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The system's scrun-py.toml may make itself the file in use (and ask for an audit
+    record) whatever slurm.conf -f names; without it the same delete is quick."""
+    cdir = stored(tmp_root, "stopped", 0)
+    system = tmp_path / "system" / "scrun-py.toml"
+    system.parent.mkdir()
+    system.write_text('[trust]\nsite_files = "system"\n[audit]\n')
+    monkeypatch.setattr(quick, "SYSTEM_SITE_FILE", str(system))
+    assert not quick.delete(_delete_argv(tmp_root), {})
+    assert cdir.exists()
+    system.unlink()
+    assert quick.delete(_delete_argv(tmp_root), {})
+    assert not cdir.exists()
 
 
 def test_the_full_path_agrees(tmp_root: Path) -> None:

@@ -111,6 +111,35 @@ class TestEnsureRoot:
             root.chmod(0o700)
 
 
+    @pytest.mark.parametrize("mode", [0o777, 0o770, 0o1777, 0o702])
+    def test_writable_by_others(self, tmp_path: Path, mode: int) -> None:
+        """A --root that other users can write to (made first by someone else in a shared
+        /tmp, or opened up) is refused with its mode named; a 0755 one is accepted."""
+        root = tmp_path / "shared"
+        root.mkdir()
+        root.chmod(mode)
+        with pytest.raises(ScrunError, match=rf"^root directory {root} is writable by other "
+                                             rf"users \(mode {mode:04o}\): refusing it$"):
+            spool.ensure_root(root)
+        root.chmod(0o755)
+        spool.ensure_root(root)
+
+    def test_owned_by_another_user(self, tmp_path: Path) -> None:
+        """A --root that belongs to another uid is refused, even with mode 0700 (as root:
+        a directory given to nobody; otherwise "/", which is root's)."""
+        if os.geteuid() == 0:
+            root = tmp_path / "theirs"
+            root.mkdir(mode=0o700)
+            os.chown(root, 65534, 65534)
+            owner = 65534
+        else:
+            root, owner = Path("/"), 0
+        with pytest.raises(ScrunError, match=rf"^root directory {root} belongs to uid {owner}, "
+                                             rf"not to uid {os.geteuid()}: refusing it"):
+            spool.ensure_root(root)
+        assert not (root / "c1").exists()
+
+
 class TestMakeContainerDir:
     def test_mode_0700(self, tmp_root: Path) -> None:
         """The container dir is created private to the user."""

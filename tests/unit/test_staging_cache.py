@@ -141,12 +141,13 @@ class Stage:
         return bundle
 
     def ctx(self, cid: str, bundle: Path, rootfs: Path, tasks: str = "1",
-            job_id: int = 42) -> HookContext:
+            job_id: int = 42, user_id: int | None = None) -> HookContext:
         return HookContext(
             container_id=cid, bundle=str(bundle), orig_bundle=str(bundle),
             root_path=str(rootfs), orig_root_path=str(rootfs),
             spool_dir=str(self.tmp / "spool") + "/", config_file=str(bundle / "config.json"),
-            job_id=job_id, user_id=os.getuid(), group_id=os.getgid(),
+            job_id=job_id, user_id=os.getuid() if user_id is None else user_id,
+            group_id=os.getgid(),
             env={"SLURM_TASKS_PER_NODE": tasks, "PATH": f"{self.bin}:{os.environ['PATH']}"},
             remote_argv=lambda cmd: ["/bin/sh", "-c", cmd])
 
@@ -164,8 +165,8 @@ class Stage:
             rc = LuaHooks.load(self.script).stage_out(ctx)
         return rc, lua_messages(logs)
 
-    def entries(self) -> list[Path]:
-        entries = self.cache / "entries"
+    def entries(self, cache: Path | None = None) -> list[Path]:
+        entries = (cache or self.cache) / "entries"
         return sorted(entries.iterdir()) if entries.is_dir() else []
 
     def run(self, ctx: HookContext) -> subprocess.CompletedProcess[str]:
