@@ -146,10 +146,10 @@ class Doctor:
         if conf.mode == "create-start":
             return Check("oci.conf", WARN, f"{path}: create/start mode (RunTimeCreate)",
                          "use RunTimeRun: slurmstepd reads RunTimeCreate's output until "
-                         "end of file, and the created container holds it open until it "
-                         "exits, so the step never ends (runc 1.1, crun 1.8); with "
-                         "RunTimeCreate's output redirected the step ends but the "
-                         "container's output is lost")
+                         "end of file, which the created container holds, so the step "
+                         "never ends; redirected to the task's stdio (/proc/$PPID/fd/N) "
+                         "it runs, for root only, and the container's exit code is lost "
+                         "(the task exits with RunTimeStart's status) (docs/releases.md)")
         if conf.runtime_run and not execs:
             return Check("oci.conf", WARN, f"{path}: RunTimeRun does not start with exec",
                          "write RunTimeRun=\"exec <runtime> run ...\": otherwise scancel "

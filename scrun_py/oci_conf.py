@@ -187,8 +187,6 @@ class OciConf(BaseModel):
             if self.create_env_file == "newline":
                 problems.append(f"CreateEnvFile: newline needs slurm 23.02 (slurm {name} "
                                 "only knows true/false)")
-            if self.mode == "create-start":
-                problems.append(f"create/start mode hangs on slurm {name}: use RunTimeRun")
             if self.mode == "run" and self.runtime_query is None:
                 problems.append(f"RunTimeQuery: required by slurm {name} (optional since 23.02)")
         for field in _PATTERN_FIELDS:
