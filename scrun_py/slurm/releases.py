@@ -2,7 +2,8 @@
 
 One table, read by `doctor` (which reports the release and what applies) and by the
 end-to-end tests (which check each entry on the release under test).  Releases tested:
-22.05 (Debian 12's packages) and 24.11 (Debian 13's source package).
+22.05 (Debian 12's packages), 24.11 (Debian 13's source package), 25.11 and 26.05
+(SchedMD's release tarballs).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ FEATURES: tuple[Feature, ...] = (
             "runtime's environment"),
     Feature("%U and %p", (23, 2), "oci.conf patterns know the user's numeric id and the pid"),
     Feature("scrun", (23, 2), "Slurm ships its own scrun"),
+    Feature("%Z", (26, 5), "oci.conf patterns know the job's working directory"),
     Feature("root.path", (23, 2),
             "slurmstepd runs the container from config.json's root.path (22.05 runs "
             "BUNDLE/rootfs whatever root.path says: scrun-py refuses to start a bundle "

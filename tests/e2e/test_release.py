@@ -185,6 +185,30 @@ class TestNewerOciConf:
         assert [] == leftovers(env, "newer", [job])
 
 
+class TestWorkingDirToken:
+    def test_percent_z_is_the_jobs_working_directory(self, env: Env, conf_dir: Path) -> None:
+        run = next(line for line in (STATE / "oci.conf").read_text().splitlines()
+                   if line.startswith("RunTimeRun="))
+        conf = (STATE / "oci.conf").read_text().replace(
+            run, run.replace('RunTimeRun="', 'RunTimeRun="echo workdir=%Z >&2; ', 1))
+        if not has(slurm_release(), "%Z"):
+            (conf_dir / "oci.conf").write_text(conf)
+            rc, checks = _doctor(env, conf_dir)
+            assert 0 != rc
+            assert "%Z unknown to slurm" in checks["oci.conf"]["found"], checks["oci.conf"]
+            return
+        with _cluster_oci_conf(conf):
+            created = env.create("zdir", env.bundle(["true"], name="zdir",
+                                                    env=["SCRUN_WORKING_DIR=/tmp"]))
+            assert 0 == created.rc, created.stderr()
+            job = created.job_id()
+            assert 0 == env.run("start", "zdir").returncode
+            assert 0 == created.wait_exit()
+            assert 0 == env.run("delete", "zdir").returncode
+        assert "workdir=/tmp\n" in created.stderr()
+        assert [] == leftovers(env, "zdir", [job])
+
+
 class TestCreateStartMode:
     """oci.conf's create/start mode, run for real through scrun-py on the release under test.
 
