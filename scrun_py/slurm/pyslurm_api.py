@@ -125,6 +125,7 @@ def load(slurm_conf: str | None) -> PyslurmApi:
     if not conf or not os.access(conf, os.R_OK):
         raise Unavailable(f"slurm.conf is not readable ({conf or 'no SLURM_CONF'}): "
                           "pyslurm's slurm_init would end the process")
+    initialized = "pyslurm" in sys.modules  # by an earlier load (slurm_init runs once)
     flags = sys.getdlopenflags()
     had_switch = AUTO_INIT_SWITCH in os.environ
     os.environ[AUTO_INIT_SWITCH] = "1"
@@ -139,7 +140,8 @@ def load(slurm_conf: str | None) -> PyslurmApi:
         if not had_switch:
             os.environ.pop(AUTO_INIT_SWITCH, None)
     try:
-        pyslurm.slurm_init(conf)
+        if not initialized:
+            pyslurm.slurm_init(conf)
     except Exception as exc:
         raise Unavailable(f"pyslurm's slurm_init failed: {type(exc).__name__}: {exc}") from None
     return PyslurmApi(pyslurm)
