@@ -40,6 +40,10 @@ class World(Protocol):
     def step_request(self, job_id: int) -> StepRequest:
         """A container step that runs until it is signalled."""
 
+    def wait_container(self, job_id: int) -> None:
+        """Until the container of step_request(job_id) runs (a signal through Slurm that
+        comes before it is lost: slurmstepd has no task to deliver it to yet)."""
+
 
 def allocate(world: World) -> tuple[Allocation, list[int]]:
     heard: list[int] = []
@@ -127,6 +131,7 @@ class BackendContract:
 
             step_id = world.backend.step_id(alloc.job_id, alive)
             assert step_id is not None and 0 <= step_id
+            world.wait_container(alloc.job_id)
             world.backend.signal(alloc.job_id, step_id, int(signal.SIGTERM), alloc.env, alive)
             assert step.wait(STEP_WAIT_S) is not None, "the step outlived TERM"
             world.backend.cancel(alloc.job_id, step_id)

@@ -345,15 +345,10 @@ class CliSlurm:
         if not self.signal_through_runtime(job_id, step_id, sig, env, alive):
             self.scancel_signal(job_id, step_id, sig)
 
-    def scancel_signal(self, job_id: int, step_id: int | None, sig: int) -> None:
-        """scancel --signal to the step, or to the job when the step is unknown."""
-        with contextlib.suppress(SlurmError):
-            self._run(slurm_argv.build_scancel_argv(job_id, signal=sig, step_id=step_id))
-
     def signal_through_runtime(self, job_id: int, step_id: int | None, sig: int,
                                env: dict[str, str], alive: Callable[[], bool]) -> bool:
         """RunTimeKill in a helper step, retried while the step lives; False when the
-        signal still needs scancel (no usable RunTimeKill, or every attempt failed)."""
+        signal still needs Slurm (no usable RunTimeKill, or every attempt failed)."""
         argv = self.signal_argv(job_id, step_id, sig, parse.max_tasks_per_node(
             env.get("SLURM_TASKS_PER_NODE", "1")))
         if argv is not None:
@@ -363,6 +358,11 @@ class CliSlurm:
                     return True
                 time.sleep(0.25)
         return False
+
+    def scancel_signal(self, job_id: int, step_id: int | None, sig: int) -> None:
+        """scancel --signal to the step, or to the job when the step is unknown."""
+        with contextlib.suppress(SlurmError):
+            self._run(slurm_argv.build_scancel_argv(job_id, signal=sig, step_id=step_id))
 
     def signal_argv(self, job_id: int, step_id: int | None, sig: int,
                     tasks_per_node: int = 1) -> list[str] | None:

@@ -87,17 +87,33 @@ class PyslurmApi:
             if exc.errno not in (INVALID_JOB_ID, ALREADY_DONE):
                 raise
 
+    def _step(self, job_id: int, step_id: int) -> Any:
+        """The step as slurmctld has it (JobStep.load), or None when it has ended.  A
+        JobStep made from the ids alone (JobStep(job, step)) has its het-job component 0
+        instead of Slurm's "none": no step matches it, and its signal reaches nothing."""
+        try:
+            return self._rpc("slurm_get_job_steps", self._m.JobStep.load, job_id, step_id)
+        except RpcFailed as exc:
+            if exc.errno == INVALID_JOB_ID or str(exc).endswith("not found."):
+                return None
+            raise
+
     def cancel_step(self, job_id: int, step_id: int) -> None:
         """scancel JOB.STEP: slurm_kill_job_step with SIGKILL (ended: not an error)."""
+        step = self._step(job_id, step_id)
+        if step is None:
+            return
         try:
-            self._rpc("slurm_kill_job_step", self._m.JobStep(job_id, step_id).cancel)
+            self._rpc("slurm_kill_job_step", step.cancel)
         except RpcFailed as exc:
             if exc.errno not in (INVALID_JOB_ID, ALREADY_DONE):
                 raise
 
     def signal_step(self, job_id: int, step_id: int, sig: int) -> None:
-        """scancel --signal=SIG JOB.STEP: slurm_signal_job_step."""
-        self._rpc("slurm_signal_job_step", self._m.JobStep(job_id, step_id).send_signal, sig)
+        """scancel --signal=SIG JOB.STEP: slurm_signal_job_step (ended: nothing to do)."""
+        step = self._step(job_id, step_id)
+        if step is not None:
+            self._rpc("slurm_signal_job_step", step.send_signal, sig)
 
 
 def release_of(version: str) -> tuple[int, int] | None:

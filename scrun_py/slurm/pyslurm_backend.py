@@ -2,10 +2,10 @@
 Slurm's client commands (a `CliSlurm` it holds).
 
 Through pyslurm: the job's state (attach), end time and owner (job_info), the container
-step's id (step_id), cancelling the job or a step, the signal when it cannot go through
-the runtime (one step), and the release (slurmctld's version instead of
+step's id (step_id), cancelling the job or a step, the signal to the step when it cannot
+go through the runtime, and the release (slurmctld's version instead of
 `srun --version`).  On the client commands: the allocation (salloc and its holder), the
-container step and every helper step (srun), and the job-wide signal (see
+container step and every helper step (srun), and a signal to the whole job (see
 docs/architecture.md for why).  A pyslurm call that fails is logged and made again with
 the client command, so a failure costs time, never the container.
 """
@@ -24,7 +24,6 @@ from scrun_py.slurm.pyslurm_api import INVALID_JOB_ID, PyslurmApi, RpcFailed
 from scrun_py.threads import Cancel
 
 ATTACHABLE = ("RUNNING", "CONFIGURING")
-SIGKILL = 9
 
 
 class Warn(Protocol):
@@ -128,15 +127,12 @@ class PyslurmSlurm:
         api = self._api() if step_id is not None else None
         if api is not None and step_id is not None:
             try:
-                if sig == SIGKILL:
-                    api.cancel_step(job_id, step_id)
-                else:
-                    api.signal_step(job_id, step_id, sig)
+                api.signal_step(job_id, step_id, sig)
                 return
             except RpcFailed as exc:
                 self._fallback("signal", exc)
-        # the whole job: pyslurm's Job.send_signal judges its RPC by a possibly stale
-        # errno, and a signal that seemed to fail would then be sent twice
+        # the whole job stays on scancel: pyslurm's Job.send_signal judges its RPC by a
+        # possibly stale errno, and a signal that seemed to fail would be sent twice
         self.cli.scancel_signal(job_id, step_id, sig)
 
     def cancel(self, job_id: int, step_id: int | None = None) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -69,11 +70,34 @@ class RealWorld:
         make_rootfs(bundle / "rootfs")
         subprocess.run(["crun", "spec", "--rootless"], cwd=bundle, check=True, timeout=30)
         cfg = json.loads((bundle / "config.json").read_text())
-        cfg["process"].update(args=["sleep", "600"], terminal=False)
+        cfg["process"].update(args=self._args(job_id), terminal=False)
+        # no pid namespace: sleep is not an init there, so TERM's default action ends it
+        cfg["linux"]["namespaces"] = [n for n in cfg["linux"]["namespaces"]
+                                      if n["type"] != "pid"]
+        cfg["mounts"] = [m for m in cfg["mounts"] if m.get("type") != "proc"]
         (bundle / "config.json").write_text(json.dumps(cfg))
         return StepRequest(job_id=job_id, container_id=f"contract{job_id}", bundle=str(bundle),
-                           args=["sleep", "600"], env=self.env(),
+                           args=self._args(job_id), env=self.env(),
                            stdio=(self._null, self._null, self._null))
+
+    @staticmethod
+    def _args(job_id: int) -> list[str]:
+        return ["sleep", f"6{job_id}"]  # a command line only this job's container has
+
+    def wait_container(self, job_id: int) -> None:
+        name, arg = self._args(job_id)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for entry in os.listdir("/proc"):
+                try:
+                    argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")[:-1]
+                except OSError:
+                    continue
+                # the runtime runs it as /usr/bin/sleep
+                if argv[-1:] == [arg.encode()] and argv[0].endswith(name.encode()):
+                    return
+            time.sleep(0.05)
+        raise AssertionError(f"the container of job {job_id} did not start")
 
 
 def _world(backend: SlurmBackend, tmp_path: Path) -> Iterator[RealWorld]:

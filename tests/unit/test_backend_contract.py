@@ -34,6 +34,9 @@ class FakeWorld:
         return StepRequest(job_id=job_id, container_id="contract", bundle="/nonexistent",
                            args=["sleep", "600"], env=self.env())
 
+    def wait_container(self, job_id: int) -> None:
+        assert self.fake.step is not None  # FakeStep "runs" once launched
+
 
 class TestFakeSlurmContract(BackendContract):
     @pytest.fixture

@@ -65,8 +65,17 @@ class StandIn:
                 world.jobs[self.id]["state"] = "CANCELLED"
 
         class JobStep:
+            """Only JobStep.load: scrun-py never signals a JobStep made from ids."""
+
             def __init__(self, job_id: int, step_id: int) -> None:
                 self.key = (job_id, step_id)
+
+            @staticmethod
+            def load(job_id: int, step_id: int) -> JobStep:
+                world._rpc("load_step", job_id, step_id)
+                if step_id not in world.jobs.get(job_id, {}).get("steps", {}):
+                    raise RPCError(-1, f"Step {step_id} of Job {job_id} not found.")
+                return JobStep(job_id, step_id)
 
             def cancel(self) -> None:
                 world._rpc("kill_job_step", *self.key, 9)
@@ -150,16 +159,6 @@ class TestThroughPyslurm:
         assert be.step_id(6, lambda: False) is None  # no step, and it no longer runs
         assert [] == rec.ran
 
-    def test_signal_without_runtime_kill(self, slurm: StandIn) -> None:
-        """No RunTimeKill: TERM to the step, KILL cancels it; the whole job (step unknown)
-        stays with scancel."""
-        be, rec = backend(slurm, [])
-        be.signal(5, 2, 15, {}, lambda: True)
-        be.signal(5, 2, 9, {}, lambda: True)
-        assert [("signal_job_step", 5, 2, 15), ("kill_job_step", 5, 2, 9)] == slurm.calls
-        be.signal(5, None, 15, {}, lambda: True)
-        assert ["scancel --signal=15 5"] == rec.ran
-
     def test_signal_through_the_runtime_first(self, slurm: StandIn) -> None:
         be, rec = backend(slurm, [], runtime_kill="crun kill %n.%u.%j.%s.%t")
         be.signal(5, 2, 10, {}, lambda: False)  # the helper step failed, the step has gone
@@ -167,14 +166,28 @@ class TestThroughPyslurm:
         assert rec.ran[0].startswith("srun --jobid=5 --job-name=scrun-signal")
         assert [] == slurm.calls
 
+    def test_signal_without_runtime_kill(self, slurm: StandIn) -> None:
+        """No RunTimeKill: the step as slurmctld has it is signalled (a step that has
+        ended: nothing to do); the whole job (step unknown) stays with scancel."""
+        slurm.add_job(5, steps={2: SimpleNamespace(name="scrun")})
+        be, rec = backend(slurm, [])
+        be.signal(5, 2, 15, {}, lambda: True)
+        be.signal(5, 3, 15, {}, lambda: True)
+        assert [("load_step", 5, 2), ("signal_job_step", 5, 2, 15),
+                ("load_step", 5, 3)] == slurm.calls
+        be.signal(5, None, 15, {}, lambda: True)
+        assert ["scancel --signal=15 5"] == rec.ran
+
     def test_cancel(self, slurm: StandIn) -> None:
-        slurm.add_job(5)
+        """The job and a step through pyslurm; an unknown one is not an error (scancel)."""
+        slurm.add_job(5, steps={1: SimpleNamespace(name="scrun")})
         be, rec = backend(slurm, [])
         be.cancel(5, 1)
+        be.cancel(5, 4)
         be.cancel(5)
-        be.cancel(77)  # unknown: not an error, as for scancel
-        assert [("kill_job_step", 5, 1, 9), ("kill_job", 5, 9), ("kill_job", 77, 9)] == \
-            slurm.calls
+        be.cancel(77)
+        assert [("load_step", 5, 1), ("kill_job_step", 5, 1, 9), ("load_step", 5, 4),
+                ("kill_job", 5, 9), ("kill_job", 77, 9)] == slurm.calls
         assert "CANCELLED" == slurm.jobs[5]["state"]
         assert [] == rec.ran
 
@@ -189,11 +202,15 @@ class TestFallback:
         assert be.job_info(5) is None
         be.cancel(5, 1)
         be.signal(5, 1, 15, {}, lambda: True)
-        assert ["attach", "job_info", "cancel", "signal"] == [w["call"] for w in warned]
+        assert be.step_id(5, lambda: False) is None
+        assert ["attach", "job_info", "cancel", "signal", "step_id"] == [
+            w["call"] for w in warned]
         assert "Unable to contact slurm controller" in warned[0]["error"]
         assert ["squeue --noheader --jobs=5 --format=%T",
                 "squeue --noheader --jobs=5 --format=%e|%U|%G", "scancel 5.1",
-                "scancel --signal=15 5.1"] == [r for r in rec.ran if r != "srun --version"]
+                "scancel --signal=15 5.1",
+                "squeue --noheader --steps --jobs=5 --format=%i|%j"] == [
+                    r for r in rec.ran if r != "srun --version"]
 
     def test_without_pyslurm_everything_is_the_cli(self) -> None:
         rec = RecordingCli()
