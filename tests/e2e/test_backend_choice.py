@@ -100,13 +100,6 @@ def _run_case(env: Env, backend: str, cid: str, conf: Path | None, args: list[st
             "job_exit": fields["ExitCode"]}
 
 
-def _conf_without_runtime_kill(conf_dir: Path) -> Path:
-    oci = conf_dir / "oci.conf"
-    oci.write_text("".join(ln for ln in oci.read_text().splitlines(keepends=True)
-                           if not ln.startswith("RunTimeKill=")))
-    return conf_dir / "slurm.conf"
-
-
 def on_both(env: Env, cid: str, conf: Path | None, args: list[str],
             kill: str | None) -> tuple[dict[str, object], dict[str, object]]:
     """The case on the CLI backend, then on the pyslurm backend (a skip after the CLI's
@@ -119,7 +112,9 @@ def on_both(env: Env, cid: str, conf: Path | None, args: list[str],
 
 class TestSameOnBothBackends:
     """The CLI backend's result is the reference; the pyslurm backend must give the
-    same (and its anchors must have used pyslurm without a fallback)."""
+    same (and its anchors must have used pyslurm without a fallback).  The signal
+    through Slurm (no usable RunTimeKill; run mode needs one in oci.conf) is checked at
+    the backend in tests/e2e/test_backend_contract.py."""
 
     def test_exit_code(self, user_env: Env) -> None:
         cli, py = on_both(user_env, "x", None, ["sh", "-c", "exit 3"], None)
@@ -129,12 +124,4 @@ class TestSameOnBothBackends:
     def test_kill_through_the_runtime(self, user_env: Env) -> None:
         cli, py = on_both(user_env, "k", None, ["sleep", "300"], "TERM")
         assert 143 == cli["exit"]
-        assert cli == py
-
-    def test_kill_without_runtime_kill(self, user_env: Env, conf_dir: Path) -> None:
-        """No RunTimeKill: the step id is asked and the signal goes to the step through
-        Slurm (scancel --signal, or slurm_signal_job_step)."""
-        conf = _conf_without_runtime_kill(conf_dir)
-        cli, py = on_both(user_env, "s", conf, ["sleep", "300"], "TERM")
-        assert cli["exit"] in (143, 137)
         assert cli == py
