@@ -1,10 +1,12 @@
-"""The Slurm backends side by side (SCRUN_PY_SLURM_BACKEND=cli and =pyslurm), in one run
-of bench/run.py: the lifecycle, `state` and `kill` (WINCH) of a running container, and
-that container's anchor memory (peak RSS, RSS, PSS) with each backend.
+"""The Slurm backends side by side (SCRUN_PY_SLURM_BACKEND=cli, =pyslurm and =auto), in
+one run of bench/run.py: the lifecycle, `state` and `kill` (WINCH) of a running container,
+and that container's anchor memory (peak RSS, RSS, PSS) with each.
 
-Each backend is forced (not `auto`), so a pyslurm that cannot be used fails its row
-instead of measuring the CLI twice; every anchor's --log must name the backend it chose,
-and the pyslurm calls that fell back to the client commands are counted.
+`cli` and `pyslurm` are forced, so a pyslurm that cannot be used fails its row instead of
+measuring the CLI twice (`pyslurm` imports it before the job is requested); `auto` decides
+in a thread while the job is allocated.  Each anchor's --log names the backend it chose
+(counted per backend), and the pyslurm calls that fell back to the client commands are
+counted.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-BACKENDS = ("cli", "pyslurm")
+BACKENDS = ("cli", "pyslurm", "auto")
 CHOSEN = "slurm backend chosen"
 FALLBACK = "pyslurm call failed, using the Slurm command instead"
 
@@ -73,7 +75,7 @@ def one(bench: ModuleType, pw: Any, env: dict[str, str], work: Path, n: int,
     records = _records(log)
     chosen = [r.get("backend") for r in records if r.get("msg") == CHOSEN]
     row["anchors"] = len(chosen)
-    row["anchors_on_backend"] = sum(1 for c in chosen if c == name)
+    row["chosen"] = {c: chosen.count(c) for c in sorted(set(map(str, chosen)))}
     row["fallbacks"] = sum(1 for r in records if r.get("msg") == FALLBACK)
     return row
 
@@ -91,8 +93,8 @@ def _cell(row: dict[str, object], key: str) -> str:
 
 
 def print_rows(backend_rows: list[dict[str, object]]) -> None:
-    print("\n| backend | lifecycle | state | kill (WINCH) | anchor peak RSS | RSS | PSS |"
-          " anchors on it | fallbacks |")
+    print("\n| SCRUN_PY_SLURM_BACKEND | lifecycle | state | kill (WINCH) | anchor peak RSS |"
+          " RSS | PSS | anchors chose | fallbacks |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in backend_rows:
         if "error" in r:
@@ -101,4 +103,11 @@ def print_rows(backend_rows: list[dict[str, object]]) -> None:
         print(f"| {r['backend']} | {_cell(r, 'lifecycle')} | {_cell(r, 'state')} |"
               f" {_cell(r, 'kill')} | {_cell(r, 'anchor_peak_rss_mb')} |"
               f" {_cell(r, 'anchor_rss_mb')} | {_cell(r, 'anchor_pss_mb')} |"
-              f" {r['anchors_on_backend']} of {r['anchors']} | {r['fallbacks']} |")
+              f" {_chosen(r)} | {r['fallbacks']} |")
+
+
+def _chosen(row: dict[str, object]) -> str:
+    chosen = row.get("chosen")
+    if not isinstance(chosen, dict) or not chosen:
+        return "-"
+    return ", ".join(f"{name} {count}" for name, count in chosen.items())
