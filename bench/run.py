@@ -29,6 +29,7 @@ import resource
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -669,6 +670,11 @@ def print_targets(rows: list[dict[str, object]], versus: list[dict[str, object]]
     return out
 
 
+def slurm_version(env: dict[str, str]) -> str:
+    return subprocess.run(["srun", "--version"], capture_output=True, text=True, env=env,
+                          check=False).stdout.strip()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("-n", type=int, default=10, help="runs per timed row")
@@ -684,6 +690,9 @@ def main() -> None:
                     help="only the rows against Slurm's own scrun")
     ap.add_argument("--engines-only", action="store_true",
                     help="only the podman/docker rows of the main table (no results file)")
+    ap.add_argument("--backends-only", action="store_true",
+                    help="only the Slurm backends side by side (bench/backends.py), "
+                         "written to results/backends.json")
     opts = ap.parse_args()
     pw = pwd.getpwnam(USER)
     env = user_env(pw)
@@ -732,6 +741,17 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
         return
 
+    if opts.backends_only:
+        import backends
+
+        by_backend = backends.rows(sys.modules[__name__], pw, env, work, opts.n, counter)
+        backends.print_rows(by_backend)
+        (Path(__file__).parent / "results" / "backends.json").write_text(json.dumps(
+            {"date": time.strftime("%Y-%m-%d"), "slurm": slurm_version(env),
+             "backends": by_backend}, indent=2))
+        shutil.rmtree(work, ignore_errors=True)
+        return
+
     if opts.versus_only:
         if not slurm_scrun():
             raise SystemExit(f"no Slurm scrun in {SLURM_BIN}")
@@ -776,6 +796,9 @@ def main() -> None:
     conc = concurrent_runs(pw, env, root, work, opts.concurrent)
     versus = (versus_rows(pw, env, work, opts.n, counter, not opts.skip_engines)
               if slurm_scrun() else [])
+    import backends
+
+    by_backend = backends.rows(sys.modules[__name__], pw, env, work, opts.n, counter)
 
     print_rows(rows)
     med = life["median_s"]
@@ -794,15 +817,14 @@ def main() -> None:
           f" (slurmctld+slurmd {conc['slurm_daemons_cpu_s_per_container']} s) |")
     if versus:
         print_versus(versus)
+    backends.print_rows(by_backend)
     targets = print_targets(rows, versus, life, mem, conc)
     out = Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)
     (out / "latest.json").write_text(json.dumps({
-        "date": time.strftime("%Y-%m-%d"), "slurm": subprocess.run(
-            ["srun", "--version"], capture_output=True, text=True, env=env,
-            check=False).stdout.strip(),
+        "date": time.strftime("%Y-%m-%d"), "slurm": slurm_version(env),
         "rows": rows, "lifecycles": life, "memory": mem, "concurrent": conc,
-        "versus_slurm_scrun": versus, "targets": targets,
+        "versus_slurm_scrun": versus, "backends": by_backend, "targets": targets,
     }, indent=2))
     shutil.rmtree(work, ignore_errors=True)
 

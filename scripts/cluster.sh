@@ -13,6 +13,9 @@
 #                                         cluster (its slurmd, slurmstepds, containers, munged):
 #                                         a node crash; "up" brings the node back
 #
+# "up" also installs the release's pyslurm into the virtualenv where the release has one
+# (scripts/pyslurm.sh: 25.11), so that release's suite runs on the pyslurm backend.
+#
 # --nodes N (N > 1) makes a separate N-node cluster of release R, beside the one-node one:
 # nodes n1..nN on this machine, each slurmd in its own UTS namespace (its hostname is the
 # node name) listening on its own port of 127.0.0.1, with its own spool dir, pid file and
@@ -478,6 +481,9 @@ case "$CMD" in
         sweep_runtime_state
         make_user
         make_venv
+        # the release's pyslurm, where it has one (the suite then runs on the pyslurm backend)
+        "$REPO/scripts/pyslurm.sh" install "$RELEASE" "$PREFIX" "$VENV" "$STATE/slurm.conf"
+        chmod -R a+rX "$(dirname "$VENV")"
         [ "$WITH_ENGINES" = 1 ] && "$REPO/scripts/engines.sh" up
         log "cluster up: Slurm $RELEASE, SLURM_CONF=$STATE/slurm.conf ($(slurmd -V))"
         ;;
@@ -493,6 +499,12 @@ case "$CMD" in
         echo "SCRUN_TEST_USER2=$TEST_USER2"
         echo "SCRUN_TEST_VENV=$VENV"
         echo "SCRUN_TEST_NODES=$NODES"
+        # 1: this release's tests require pyslurm (scripts/pyslurm.sh installs it)
+        if [ -n "$("$REPO/scripts/pyslurm.sh" for "$RELEASE")" ] && [ "${SCRUN_TEST_PYSLURM:-1}" != 0 ]; then
+            echo "SCRUN_TEST_PYSLURM=1"
+        else
+            echo "SCRUN_TEST_PYSLURM=0"
+        fi
         ;;
     *) echo "usage: $0 up|down|env|releases [--slurm RELEASE]" >&2; exit 2 ;;
 esac

@@ -21,10 +21,11 @@ cd "$REPO"
 ONLY=""
 if [ "${1:-}" = --slurm ]; then ONLY=${2:?--slurm needs a release}; shift 2; fi
 # the end-to-end tests run on every release besides the packaged one: lifecycle, engines,
-# hooks, faults, SPANK, and the comparison with Slurm's own scrun
+# hooks, faults, SPANK, the comparison with Slurm's own scrun, and the backend contract
+# (on a release with pyslurm, scripts/pyslurm.sh: the whole suite on the pyslurm backend)
 RELEASE_SUITE=(tests/e2e/test_lifecycle.py tests/e2e/test_engines.py tests/e2e/test_hooks.py
                tests/e2e/test_faults.py tests/e2e/test_spank.py tests/e2e/test_versus_scrun.py
-               tests/e2e/test_release.py)
+               tests/e2e/test_release.py tests/e2e/test_backend_contract.py)
 
 MULTINODE=tests/e2e/test_multinode.py
 # the releases that get the whole suite besides the packaged one: the release whose scrun(1)
@@ -37,7 +38,10 @@ run_on() {  # RELEASE [pytest args...]: the one-node cluster, without the multi-
     "$REPO/scripts/cluster.sh" up --slurm "$rel"
     (
         eval "$("$REPO/scripts/cluster.sh" env --slurm "$rel" | sed 's/^/export /')"
-        echo "[test] Slurm $rel: pytest $*" >&2
+        # a release with pyslurm runs on the pyslurm backend: forced, so that a pyslurm
+        # that cannot be used fails every create instead of passing on the CLI
+        if [ "$SCRUN_TEST_PYSLURM" = 1 ]; then export SCRUN_PY_SLURM_BACKEND=pyslurm; fi
+        echo "[test] Slurm $rel (backend ${SCRUN_PY_SLURM_BACKEND:-auto}): pytest $*" >&2
         # under CI=true a skipped end-to-end test is a failure (tests/e2e/conftest.py)
         timeout "${SCRUN_TEST_TIMEOUT:-4800}" "$SCRUN_TEST_VENV/bin/python" -m pytest \
             -p no:cacheprovider --ignore="$MULTINODE" "$@"
@@ -51,6 +55,7 @@ run_multinode_on() {  # RELEASE [pytest args...]: the release's 3-node cluster
     "$REPO/scripts/cluster.sh" up --slurm "$rel" --nodes 3
     (
         eval "$("$REPO/scripts/cluster.sh" env --slurm "$rel" --nodes 3 | sed 's/^/export /')"
+        if [ "$SCRUN_TEST_PYSLURM" = 1 ]; then export SCRUN_PY_SLURM_BACKEND=pyslurm; fi
         echo "[test] Slurm $rel, 3 nodes: pytest ${opts[*]} $MULTINODE" >&2
         timeout "${SCRUN_TEST_TIMEOUT:-4800}" "$SCRUN_TEST_VENV/bin/python" -m pytest \
             -p no:cacheprovider "${opts[@]}" "$MULTINODE"

@@ -59,8 +59,8 @@ class Doctor:
     def run(self) -> list[Check]:
         steps: list[Callable[[], Check]] = [
             self.slurm_commands, self.slurm_release, self.slurm_conf_found, self.slurmctld,
-            self.munge, self.oci_conf, self.scrun_lua, self.site_file, self.oci_runtime,
-            self.user_namespaces, self.root_dir, self.engines]
+            self.slurm_backend, self.munge, self.oci_conf, self.scrun_lua, self.site_file,
+            self.oci_runtime, self.user_namespaces, self.root_dir, self.engines]
         for step in steps:
             try:
                 self.checks.append(step())
@@ -115,6 +115,22 @@ class Doctor:
             return Check("slurmctld answering", OK, out.splitlines()[0])
         return Check("slurmctld answering", FAIL, (out or f"exit {rc}").splitlines()[-1][:200],
                      "start slurmctld; check SlurmctldHost in slurm.conf and the network")
+
+    def slurm_backend(self) -> Check:
+        """Which backend an anchor started here uses (SCRUN_PY_SLURM_BACKEND), and why."""
+        from scrun_py.slurm import choice
+
+        name = "Slurm backend"
+        try:
+            mode = choice.mode_of(os.environ)
+            if mode == "auto" and not choice.pyslurm_installed():
+                return Check(name, OK, "cli (auto: pyslurm is not installed)")
+            chosen = choice.choose(mode, str(self.slurm_conf))
+        except ScrunError as exc:
+            return Check(name, FAIL, str(exc),
+                         f"set {choice.BACKEND_ENV} to auto or cli, or install the pyslurm "
+                         "built for slurmctld's release (docs/architecture.md)")
+        return Check(name, OK, f"{chosen.name} ({chosen.reason})")
 
     def munge(self) -> Check:
         rc, cred = _run(["munge", "-n"])

@@ -34,3 +34,13 @@ class TestLint:
         res = subprocess.run([_tool("mypy")], cwd=REPO, capture_output=True, text=True,
                              timeout=600)
         assert 0 == res.returncode, res.stdout + res.stderr
+
+    def test_mypy_fake_slurm_fits_the_interface(self) -> None:
+        """FakeSlurm, the contract suite and its runs type-check strictly: `as_backend`
+        returns FakeSlurm as a SlurmBackend, so a method that drifts from the interface
+        (scrun_py/slurm/backend.py) is an error here."""
+        files = ["tests/unit/fake_slurm.py", "tests/backend_contract.py",
+                 "tests/unit/test_backend_contract.py", "tests/unit/test_pyslurm_backend.py"]
+        res = subprocess.run([_tool("mypy"), "--strict", *files], cwd=REPO,
+                             capture_output=True, text=True, timeout=600)
+        assert 0 == res.returncode, res.stdout + res.stderr

@@ -40,7 +40,7 @@ def _prepare(spec: AnchorSpec, log: Logger) -> Lifecycle:
     from scrun_py.anchor.spec import BundleInfo, RuntimeSettings
     from scrun_py.errors import ScrunError
     from scrun_py.hooks.lua import load_hooks
-    from scrun_py.slurm.cli_backend import CliSlurm
+    from scrun_py.slurm import choice
     from scrun_py.slurm.options import ANNOTATION_OPTIONS, ignored_warning, job_options
 
     environ = dict(os.environ)
@@ -65,10 +65,11 @@ def _prepare(spec: AnchorSpec, log: Logger) -> Lifecycle:
         alloc_timeout = None
     if bundle.config.process.terminal and not spec.console_socket and not os.isatty(0):
         raise ScrunError("process.terminal is true but no --console-socket was given")
-    backend = CliSlurm(
-        srun_path=oci_conf.srun_path, srun_args=oci_conf.srun_args,
+    backend = choice.backend_for(choice.mode_of(environ), str(slurm_conf), choice.CliOptions(
+        srun_path=oci_conf.srun_path, srun_args=tuple(oci_conf.srun_args),
         # IgnoreFileConfigJson: the runtime does not know the container by our bundle
-        runtime_kill=None if oci_conf.ignore_file_config_json else oci_conf.runtime_kill)
+        runtime_kill=None if oci_conf.ignore_file_config_json else oci_conf.runtime_kill),
+        log)
     job_opts = job_options(environ)
     for name in job_opts.ignored:
         log.warning(ignored_warning(name), variable=name)
@@ -125,6 +126,7 @@ def preload() -> None:
     import scrun_py.anchor.server
     import scrun_py.anchor.signals
     import scrun_py.hooks.lua
+    import scrun_py.slurm.choice
     import scrun_py.slurm.cli_backend
     import scrun_py.slurm.options  # noqa: F401
 

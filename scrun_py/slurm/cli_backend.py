@@ -127,7 +127,10 @@ class SrunStep:
 
 class CliSlurm:
     def __init__(self, *, salloc: str = "salloc", srun_path: str = "srun",
-                 srun_args: Sequence[str] = (), runtime_kill: str | None = None) -> None:
+                 srun_args: Sequence[str] = (), runtime_kill: str | None = None,
+                 version_probe: Callable[[], tuple[int, int] | None] | None = None) -> None:
+        """`version_probe`: asks the Slurm release another way first (srun --version when
+        it answers None)."""
         self._salloc = salloc
         self._srun = srun_path
         self._srun_args = list(srun_args)
@@ -136,6 +139,7 @@ class CliSlurm:
         self._job_dir: str | None = None
         self._version: tuple[int, int] = OLDEST
         self._version_known: threading.Event | None = None
+        self._version_probe = version_probe
         self._holder: subprocess.Popen[bytes] | None = None
         self._stderr: _StderrFile | None = None
 
@@ -344,14 +348,25 @@ class CliSlurm:
 
     def signal(self, job_id: int, step_id: int | None, sig: int, env: dict[str, str],
                alive: Callable[[], bool]) -> None:
+        if not self.signal_through_runtime(job_id, step_id, sig, env, alive):
+            self.scancel_signal(job_id, step_id, sig)
+
+    def signal_through_runtime(self, job_id: int, step_id: int | None, sig: int,
+                               env: dict[str, str], alive: Callable[[], bool]) -> bool:
+        """RunTimeKill in a helper step, retried while the step lives; False when the
+        signal still needs Slurm (no usable RunTimeKill, or every attempt failed)."""
         argv = self.signal_argv(job_id, step_id, sig, parse.max_tasks_per_node(
             env.get("SLURM_TASKS_PER_NODE", "1")))
         if argv is not None:
             for _attempt in range(RUNTIME_SIGNAL_ATTEMPTS):
                 res = self._run(argv, env=env)
                 if res.status == 0 or not alive():
-                    return
+                    return True
                 time.sleep(0.25)
+        return False
+
+    def scancel_signal(self, job_id: int, step_id: int | None, sig: int) -> None:
+        """scancel --signal to the step, or to the job when the step is unknown."""
         with contextlib.suppress(SlurmError):
             self._run(slurm_argv.build_scancel_argv(job_id, signal=sig, step_id=step_id))
 
@@ -400,6 +415,9 @@ class CliSlurm:
         return self._version
 
     def _probe_version(self) -> tuple[int, int]:
+        known = self._version_probe() if self._version_probe is not None else None
+        if known is not None:
+            return known
         try:
             res = self._run(slurm_argv.build_version_argv(self._srun), timeout_s=15)
         except SlurmError:

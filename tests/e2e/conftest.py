@@ -66,6 +66,10 @@ def _cluster_problem() -> str | None:
 def slurm_env(**extra: str) -> dict[str, str]:
     env = {"PATH": SLURM_PATH, "SLURM_CONF": str(SLURM_CONF),
            "LANG": "C.UTF-8"}
+    # the Slurm backend the suite runs on (scripts/test.sh: pyslurm where it is installed)
+    backend = os.environ.get("SCRUN_PY_SLURM_BACKEND")
+    if backend:
+        env["SCRUN_PY_SLURM_BACKEND"] = backend
     env.update(extra)
     return env
 

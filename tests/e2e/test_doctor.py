@@ -46,7 +46,7 @@ class TestDoctor:
                              capture_output=True, text=True, timeout=120)
         assert 0 == res.returncode
         assert res.stdout.startswith("✔ Slurm client commands")
-        assert 12 == sum(1 for ln in res.stdout.splitlines() if ln[:1] in "✔✘!")
+        assert 13 == sum(1 for ln in res.stdout.splitlines() if ln[:1] in "✔✘!")
 
     def test_missing_slurm_conf(self, user_env: Env, tmp_path: Path) -> None:
         """A slurm.conf that does not exist is fatal."""

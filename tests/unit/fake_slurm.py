@@ -2,8 +2,11 @@
 scrun_py.slurm.backend.SlurmBackend), and hooks whose behaviour a test chooses.
 
 Calls are recorded in `calls`; `hold(name)` makes the call `name` wait until
-`open(name)`; `fail[name]` makes it raise.  The container step is a `FakeStep` that
-exits when a test says so, or on a signal whose default action ends a process.
+`open(name)`; `fail[name]` makes it raise.  `jobs` is what this Slurm knows: the state of
+each job (allocate adds one, release and cancel end it); a test that attaches to an
+existing job adds it first.  It passes the contract suite (tests/backend_contract.py).
+The container step is a `FakeStep` that exits when a test says so, or on a signal whose
+default action ends a process.
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from scrun_py.anchor.table import FATAL_BY_DEFAULT
+from scrun_py.errors import AllocationFailed
 from scrun_py.hooks.lua import HookContext
-from scrun_py.slurm.backend import Allocation, JobInfo, StepRequest
+from scrun_py.slurm.backend import Allocation, JobInfo, SlurmBackend, StepRequest
 from scrun_py.threads import Cancel, Cancelled
 
 GATE_TIMEOUT_S = 60.0  # a held call never outlives a test
@@ -61,6 +65,7 @@ class FakeSlurm:
         self.ignore_signals = False  # the step survives every signal
         self.step: FakeStep | None = None
         self.launches: list[StepRequest] = []
+        self.jobs: dict[int, str] = {}  # job id -> state (RUNNING, COMPLETED, CANCELLED)
 
     # ---- test controls -------------------------------------------------------------------
     def hold(self, name: str) -> None:
@@ -96,12 +101,18 @@ class FakeSlurm:
             self._call("allocate", tuple(opts), cancel=cancel)
         except Cancelled:
             self.calls.append(("cancel", self.job_id, None))  # as salloc's abort does
+            self.jobs[self.job_id] = "CANCELLED"
             raise
+        self.jobs[self.job_id] = "RUNNING"
         return Allocation(job_id=self.job_id, env={"SLURM_JOB_ID": str(self.job_id)},
                           owned=True)
 
     def attach(self, job_id: int, env: dict[str, str]) -> Allocation:
         self._call("attach", job_id)
+        state = self.jobs.get(job_id, "")
+        if state != "RUNNING":
+            raise AllocationFailed(f"SLURM_JOB_ID={job_id} is not a running job "
+                                   f"({state or 'unknown'})")
         return Allocation(job_id=job_id, env=dict(env), owned=False)
 
     def wait_ended(self, alloc: Allocation, cancel: Cancel) -> None:
@@ -112,6 +123,8 @@ class FakeSlurm:
 
     def job_info(self, job_id: int) -> JobInfo | None:
         self._call("job_info", job_id)
+        if job_id not in self.jobs:
+            return None
         uid, gid = self.owner or (None, None)
         return JobInfo(end_time=self.end_time, uid=uid, gid=gid)
 
@@ -139,10 +152,18 @@ class FakeSlurm:
 
     def cancel(self, job_id: int, step_id: int | None = None) -> None:
         self._call("cancel", job_id, step_id)
+        if step_id is None and job_id in self.jobs:
+            self.jobs[job_id] = "CANCELLED"
 
     def release(self, alloc: Allocation, exit_code: int, timeout_s: float) -> None:
         self._call("release", exit_code)
+        self.jobs[alloc.job_id] = "COMPLETED" if exit_code == 0 else "FAILED"
         self.ended.set()
+
+
+def as_backend(fake: FakeSlurm) -> SlurmBackend:
+    """FakeSlurm as the interface: mypy checks it fits (tests/test_lint.py)."""
+    return fake
 
 
 class FakeHooks:

@@ -35,6 +35,7 @@ CID = "c1"
 def fake(monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
     backend = FakeSlurm()
     monkeypatch.setattr(cli_backend, "CliSlurm", lambda **_kw: backend)
+    monkeypatch.setenv("SCRUN_PY_SLURM_BACKEND", "cli")
     for var in ("SLURM_JOB_ID", "SCRUN_PY_LUA", "SCRUN_PY_ALLOC_TIMEOUT"):
         monkeypatch.delenv(var, raising=False)
     return backend

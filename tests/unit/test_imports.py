@@ -183,3 +183,20 @@ class TestAnchorStaysLean:
         loaded = {name for name in out if any(name.startswith(h) for h in heavy)}
         assert set() == loaded
         assert "scrun_py" in out  # the probe ran
+
+
+class TestPyslurmIsLazy:
+    """pyslurm is an optional extra, and its import is costly (libslurm, every pyslurm
+    module): only scrun_py/slurm/pyslurm_api.py imports it, inside a function."""
+
+    def test_only_pyslurm_api_imports_it(self) -> None:
+        users = sorted(m for m in _modules() if _names(imports_of(m), "pyslurm"))
+        assert ["scrun_py.slurm.pyslurm_api"] == users
+
+    def test_not_at_module_level(self) -> None:
+        tree = ast.parse(_modules()["scrun_py.slurm.pyslurm_api"].read_text())
+        top = [name for n in tree.body for name in (
+            [a.name for a in n.names] if isinstance(n, ast.Import)
+            else [n.module or ""] if isinstance(n, ast.ImportFrom) else [])]
+        assert top
+        assert [] == [name for name in top if name.startswith("pyslurm")]

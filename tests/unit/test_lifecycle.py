@@ -116,6 +116,7 @@ class TestCreate:
         """SLURM_JOB_ID: that job is used, never released, and left running."""
         def body() -> None:
             h = Harness(tmp_path, {"SLURM_JOB_ID": "12"})
+            h.fake.jobs[12] = "RUNNING"
             h.created()
             assert (12, False) == (h.state()["job_id"], h.state()["owns_job"])
             h.lc.kill(15)
