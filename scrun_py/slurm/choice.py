@@ -61,7 +61,8 @@ def pyslurm_installed() -> bool:
 
 def choose(mode: str, slurm_conf: str | None) -> Choice:
     """Decide (an import and one RPC for `auto` and `pyslurm`).  ConfigError when
-    `pyslurm` was asked for and cannot be used; `auto` then chooses the CLI."""
+    `pyslurm` was asked for and does not load or was built for another release than
+    slurmctld's; `auto` then chooses the CLI, as it does while slurmctld does not answer."""
     if mode == "cli":
         return Choice("cli", f"{BACKEND_ENV}=cli")
     label = "auto" if mode == "auto" else f"{BACKEND_ENV}=pyslurm"
@@ -78,7 +79,10 @@ def choose(mode: str, slurm_conf: str | None) -> Choice:
     try:
         ctld = api.controller_version()
     except pyslurm_api.RpcFailed as exc:
-        return refuse(f"pyslurm {api.version} cannot ask slurmctld its version ({exc})")
+        why = f"pyslurm {api.version} cannot ask slurmctld its version ({exc})"
+        if mode == "pyslurm":  # slurmctld down is not pyslurm's failure: as for the CLI
+            return Choice("pyslurm", f"{label}: {why}; used as asked", api)
+        return refuse(why)
     release = pyslurm_api.release_of(ctld)
     if release != api.release:
         return refuse(f"pyslurm {api.version} is built for Slurm "

@@ -147,9 +147,9 @@ def load(slurm_conf: str | None) -> PyslurmApi:
     os.environ[AUTO_INIT_SWITCH] = "1"
     try:
         import pyslurm
-    except ImportError as exc:
+    except ModuleNotFoundError as exc:
         raise Unavailable(f"pyslurm is not installed ({exc})") from None
-    except Exception as exc:  # a broken build: a missing libslurm symbol, say
+    except Exception as exc:  # a broken build (ImportError: a missing libslurm symbol)
         raise Unavailable(f"pyslurm does not load: {type(exc).__name__}: {exc}") from None
     finally:
         sys.setdlopenflags(flags)

@@ -67,6 +67,39 @@ class TestCreate:
         assert any(f"{VAR}='c-api'" in str(r["msg"]) for r in user_env.errors())
 
 
+def broken_pyslurm(env: Env) -> dict[str, str]:
+    """The user's environment with a pyslurm first on the path that fails to import, as
+    a build against another libslurm does."""
+    pkg = env.work / "broken" / "pyslurm"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(
+        'raise ImportError("libslurm.so.43: cannot open shared object file")\n')
+    env.chown(env.work / "broken")
+    return {"PYTHONPATH": str(env.work / "broken")}
+
+
+class TestPyslurmThatDoesNotLoad:
+    WHY = ("pyslurm does not load: ImportError: libslurm.so.43: cannot open shared "
+           "object file")
+
+    def test_forced_is_one_line(self, user_env: Env) -> None:
+        environ = user_env.user.env(**{VAR: "pyslurm"}, **broken_pyslurm(user_env))
+        created = user_env.create("fb", user_env.bundle(["true"]), env=environ)
+        assert 1 == created.rc
+        assert [f"scrun-py: {VAR}=pyslurm: {self.WHY}"] == created.stderr().splitlines()
+
+    def test_auto_runs_on_the_cli(self, user_env: Env) -> None:
+        environ = user_env.user.env(**{VAR: "auto"}, **broken_pyslurm(user_env))
+        created = user_env.create("fa", user_env.bundle(["true"]), env=environ)
+        assert 0 == created.rc, created.stderr()
+        assert 0 == subprocess.run(user_env.cmd("start", "fa"), env=environ,
+                                   capture_output=True, timeout=120).returncode
+        assert 0 == created.wait_exit()
+        chosen = [(r.get("backend"), r.get("reason")) for r in user_env.log_records()
+                  if r.get("msg") == CHOSEN]
+        assert [("cli", f"auto: {self.WHY}")] == chosen
+
+
 def _run_case(env: Env, backend: str, cid: str, conf: Path | None, args: list[str],
               kill: str | None) -> dict[str, object]:
     """One container on `backend`: what an engine and Slurm see of it."""

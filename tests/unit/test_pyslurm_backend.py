@@ -262,11 +262,16 @@ class TestChoice:
             choice.choose("pyslurm", None)
 
     def test_slurmctld_down(self, loaded: StandIn) -> None:
+        """auto: the CLI; pyslurm asked for: pyslurm, its calls then fall back while
+        slurmctld does not answer (the release comes from srun --version)."""
         loaded.down = True
         chosen = choice.choose("auto", None)
         assert "cli" == chosen.name
         assert chosen.reason.startswith("auto: pyslurm 25.11.2 cannot ask slurmctld its "
                                         "version (slurm_load_ctl_conf: Unable to contact")
+        chosen = choice.choose("pyslurm", None)
+        assert ("pyslurm", None) == (chosen.name, chosen.release)
+        assert chosen.reason.endswith("; used as asked")
 
     def test_not_loadable(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv("SLURM_CONF", raising=False)
