@@ -25,7 +25,8 @@ if [ "${1:-}" = --slurm ]; then ONLY=${2:?--slurm needs a release}; shift 2; fi
 # (on a release with pyslurm, scripts/pyslurm.sh: the whole suite on the pyslurm backend)
 RELEASE_SUITE=(tests/e2e/test_lifecycle.py tests/e2e/test_engines.py tests/e2e/test_hooks.py
                tests/e2e/test_faults.py tests/e2e/test_spank.py tests/e2e/test_versus_scrun.py
-               tests/e2e/test_release.py tests/e2e/test_backend_contract.py)
+               tests/e2e/test_release.py tests/e2e/test_backend_contract.py
+               tests/e2e/test_backend_choice.py)
 
 MULTINODE=tests/e2e/test_multinode.py
 # the releases that get the whole suite besides the packaged one: the release whose scrun(1)
@@ -55,7 +56,6 @@ run_multinode_on() {  # RELEASE [pytest args...]: the release's 3-node cluster
     "$REPO/scripts/cluster.sh" up --slurm "$rel" --nodes 3
     (
         eval "$("$REPO/scripts/cluster.sh" env --slurm "$rel" --nodes 3 | sed 's/^/export /')"
-        if [ "$SCRUN_TEST_PYSLURM" = 1 ]; then export SCRUN_PY_SLURM_BACKEND=pyslurm; fi
         echo "[test] Slurm $rel, 3 nodes: pytest ${opts[*]} $MULTINODE" >&2
         timeout "${SCRUN_TEST_TIMEOUT:-4800}" "$SCRUN_TEST_VENV/bin/python" -m pytest \
             -p no:cacheprovider "${opts[@]}" "$MULTINODE"

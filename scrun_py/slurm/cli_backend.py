@@ -18,13 +18,20 @@ import termios
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import IO
 
 from scrun_py import procs, threads
 from scrun_py.errors import AllocationFailed, SlurmError, StepLaunchFailed
 from scrun_py.slurm import argv as slurm_argv
 from scrun_py.slurm import parse, releases
 from scrun_py.slurm.backend import Allocation, JobInfo, Step, StepRequest
+from scrun_py.slurm.cli_parts import (
+    SrunStep,
+    StderrFile,
+    close_pipes,
+    job_env,
+    salloc_cwd,
+    unlinked_file,
+)
 from scrun_py.slurm.options import JOB_NAME
 from scrun_py.threads import Cancel, Cancelled
 
@@ -38,93 +45,6 @@ POLL_S = 0.05  # salloc's output, while the job is being allocated
 ABORT_GRACE_S = 10.0  # a salloc asked to stop (TERM) before it is killed
 
 
-class _StderrFile:
-    """Reads what salloc appended to its stderr file since the last call."""
-
-    def __init__(self, fh: IO[bytes], alloc: Allocation) -> None:
-        self.fh = fh
-        self.alloc = alloc
-        self.offset = 0
-        self.partial = b""
-        self.revoked = False
-
-    def poll(self) -> int:
-        """Collect new lines into alloc.messages; return a job id seen, or 0."""
-        try:
-            data = os.pread(self.fh.fileno(), 65536, self.offset)
-        except (OSError, ValueError):
-            return 0
-        self.offset += len(data)
-        lines = (self.partial + data).split(b"\n")
-        self.partial = lines.pop()
-        job_id = 0
-        for raw in lines:
-            line = raw.decode(errors="replace")
-            self.alloc.messages.append(line)
-            if parse.REVOKED_RE.search(line):
-                self.revoked = True
-            m = parse.JOB_ID_RE.search(line)
-            if m and not job_id:
-                job_id = int(m.group(1))
-        del self.alloc.messages[:-50]
-        return job_id
-
-
-def _unlinked_file() -> IO[bytes]:
-    """An anonymous file (O_TMPFILE) in $TMPDIR or /tmp, as tempfile.TemporaryFile makes
-    it, without importing tempfile (and shutil, random) into every anchor."""
-    try:
-        fd = os.open(os.environ.get("TMPDIR") or "/tmp",
-                     os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o600)
-    except OSError:  # no O_TMPFILE there, or not writable: tempfile finds a place
-        import tempfile
-
-        return tempfile.TemporaryFile(prefix="scrun-py-salloc-")
-    return open(fd, "w+b")  # kept open for the allocation's lifetime
-
-
-def _salloc_cwd(opts: Sequence[str]) -> str | None:
-    """Where salloc starts: the job's WorkDir is salloc's working directory (its --chdir
-    moves only salloc's own command), so SCRUN_WORKING_DIR starts salloc there.
-
-    Otherwise the caller's directory, unless the job's user cannot enter it (root's
-    home, say): 24.11's slurmstepd then fails every task ("couldn't chdir"), where 22.05
-    fell back to /tmp.  scrun-py starts the job in /tmp then, on every release.
-    """
-    chdir = next((o.partition("=")[2] for o in opts if o.startswith("--chdir=")), "")
-    if chdir and os.path.isdir(chdir):
-        return chdir
-    try:
-        usable = os.access(os.getcwd(), os.X_OK)
-    except OSError:  # the caller's directory was removed
-        usable = False
-    return None if usable else "/tmp"
-
-
-class SrunStep:
-    """The container step: srun, as `Step`."""
-
-    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
-        self.proc = proc
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    @property
-    def returncode(self) -> int | None:
-        return self.proc.returncode
-
-    def wait(self, timeout_s: float | None = None) -> int | None:
-        try:
-            return self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            return None
-
-    def kill(self) -> None:
-        self.proc.kill()
-
-
 class CliSlurm:
     def __init__(self, *, salloc: str = "salloc", srun_path: str = "srun",
                  srun_args: Sequence[str] = (), runtime_kill: str | None = None,
@@ -135,24 +55,24 @@ class CliSlurm:
         self._srun = srun_path
         self._srun_args = list(srun_args)
         self._runtime_kill = runtime_kill
-        # the job's working directory when it is not the caller's (see _salloc_cwd)
+        # the job's working directory when it is not the caller's (see salloc_cwd)
         self._job_dir: str | None = None
         self._version: tuple[int, int] = OLDEST
         self._version_known: threading.Event | None = None
         self._version_probe = version_probe
         self._holder: subprocess.Popen[bytes] | None = None
-        self._stderr: _StderrFile | None = None
+        self._stderr: StderrFile | None = None
 
     # ---- the job ----------------------------------------------------------------------------
     def allocate(self, opts: Sequence[str], env: dict[str, str],
                  on_job_id: Callable[[int], None], timeout_s: float | None,
                  cancel: Cancel) -> Allocation:
         self._start_version_probe()
-        argv, self._job_dir = slurm_argv.build_salloc_argv(opts, self._salloc), _salloc_cwd(opts)
+        argv, self._job_dir = slurm_argv.build_salloc_argv(opts, self._salloc), salloc_cwd(opts)
         # salloc's stderr goes to an unlinked file, not a pipe: if the anchor dies, a
         # salloc writing to a broken pipe spins at 100% CPU forever (seen on 22.05).
         # Kept open for the allocation's lifetime (polled), closed by release.
-        err_file = _unlinked_file()
+        err_file = unlinked_file()
         try:
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                     stderr=err_file, env=env, start_new_session=True,
@@ -161,19 +81,19 @@ class CliSlurm:
             err_file.close()
             raise AllocationFailed(f"cannot run salloc: {exc.strerror}") from exc
         alloc = Allocation(job_id=0, env={}, owned=True)
-        reader = _StderrFile(err_file, alloc)
+        reader = StderrFile(err_file, alloc)
         self._holder, self._stderr = proc, reader
         try:
-            alloc.env = self._job_env_of(proc, alloc, reader, on_job_id, timeout_s, cancel)
+            alloc.env = self.job_env_of(proc, alloc, reader, on_job_id, timeout_s, cancel)
         except BaseException:
-            _close_pipes(proc)
+            close_pipes(proc)
             reader.poll()
             err_file.close()
             raise
         job_id = int(alloc.env.get("SLURM_JOB_ID", "0") or 0)
         if not job_id:
             self._abort(proc, alloc)
-            _close_pipes(proc)
+            close_pipes(proc)
             err_file.close()
             raise AllocationFailed("job allocation failed: no SLURM_JOB_ID in the job environment")
         if not alloc.job_id:
@@ -181,8 +101,8 @@ class CliSlurm:
             on_job_id(job_id)
         return alloc
 
-    def _job_env_of(self, proc: subprocess.Popen[bytes], alloc: Allocation,
-                    reader: _StderrFile, on_job_id: Callable[[int], None],
+    def job_env_of(self, proc: subprocess.Popen[bytes], alloc: Allocation,
+                    reader: StderrFile, on_job_id: Callable[[int], None],
                     timeout_s: float | None, cancel: Cancel) -> dict[str, str]:
         """Wait for the job environment salloc's command prints once the job runs; the job
         id is noted as soon as salloc names it.  Stops salloc (and cancels its job) when
@@ -213,7 +133,7 @@ class CliSlurm:
                 raise AllocationFailed(
                     f"job allocation failed: {parse.slurm_message(alloc.messages)}")
             buf += chunk or b""
-        return _job_env(buf)
+        return job_env(buf)
 
     def _abort(self, proc: subprocess.Popen[bytes], alloc: Allocation) -> None:
         """Stop a salloc that has not delivered an allocation; cancel its job if any."""
@@ -289,7 +209,7 @@ class CliSlurm:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
             proc.wait()
-        _close_pipes(proc)
+        close_pipes(proc)
         if self._stderr is not None:
             self._stderr.poll()
             self._stderr.fh.close()  # salloc's stderr file, kept open until its end
@@ -327,7 +247,7 @@ class CliSlurm:
         try:
             # slurmstepd enters srun's directory for the step: the job's, not one the
             # user cannot enter
-            kwargs["cwd"] = self._job_dir or _salloc_cwd([])
+            kwargs["cwd"] = self._job_dir or salloc_cwd([])
             return SrunStep(subprocess.Popen(argv, env=req.env, **kwargs))  # type: ignore[call-overload]
         except OSError as exc:
             raise StepLaunchFailed(f"cannot run {argv[0]}: {exc.strerror}") from exc
@@ -434,20 +354,3 @@ class CliSlurm:
         if res.timed_out:
             raise SlurmError(f"{argv[0]} timed out after {timeout_s:g}s")
         return res
-
-
-def _close_pipes(proc: subprocess.Popen[bytes]) -> None:
-    for pipe in (proc.stdin, proc.stdout):
-        if pipe is not None:
-            with contextlib.suppress(OSError, ValueError):
-                pipe.close()
-
-
-def _job_env(buf: bytes) -> dict[str, str]:
-    """The job environment salloc's command printed (NUL-separated) before READY_MARKER."""
-    env: dict[str, str] = {}
-    for entry in buf.split(slurm_argv.READY_MARKER, 1)[0].split(b"\0"):
-        name, sep, value = entry.decode(errors="replace").partition("=")
-        if sep:
-            env[name] = value
-    return env
