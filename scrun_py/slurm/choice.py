@@ -59,13 +59,34 @@ def pyslurm_installed() -> bool:
         return False
 
 
-def choose(mode: str, slurm_conf: str | None) -> Choice:
+def installed_release() -> tuple[int, int] | None:
+    """The Slurm release the installed pyslurm was built for, from its package's metadata
+    (pyslurm X.Y.* builds against Slurm X.Y only), without importing it."""
+    from importlib import metadata
+
+    try:
+        return pyslurm_api.release_of(metadata.version("pyslurm"))
+    except (metadata.PackageNotFoundError, ValueError):
+        return None
+
+
+def choose(mode: str, slurm_conf: str | None,
+           client: Callable[[], tuple[int, int] | None] | None = None) -> Choice:
     """Decide (an import and one RPC for `auto` and `pyslurm`).  ConfigError when
     `pyslurm` was asked for and does not load or was built for another release than
-    slurmctld's; `auto` then chooses the CLI, as it does while slurmctld does not answer."""
+    slurmctld's; `auto` then chooses the CLI, as it does while slurmctld does not answer.
+    `client` (for `auto`) gives the client commands' release: a pyslurm built for another
+    one is not even imported (its libslurm would be loaded into the anchor for nothing)."""
     if mode == "cli":
         return Choice("cli", f"{BACKEND_ENV}=cli")
     label = "auto" if mode == "auto" else f"{BACKEND_ENV}=pyslurm"
+    built = installed_release() if mode == "auto" and client is not None else None
+    if built is not None and client is not None:
+        commands = client()
+        if commands is not None and commands != built:
+            return Choice("cli", f"auto: pyslurm is built for Slurm {built[0]}.{built[1]:02d}, "
+                                 f"the client commands are {commands[0]}.{commands[1]:02d}",
+                          None, commands)
 
     def refuse(why: str) -> Choice:
         if mode == "pyslurm":
@@ -95,15 +116,17 @@ class Deferred:
     """The `auto` choice, made in a thread (started by `start`) while the job is
     allocated; `api()` and `release()` wait for it."""
 
-    def __init__(self, slurm_conf: str | None) -> None:
+    def __init__(self, slurm_conf: str | None,
+                 client: Callable[[], tuple[int, int] | None] | None = None) -> None:
         self._conf = slurm_conf
+        self._client = client
         self._done = threading.Event()
         self.choice: Choice | None = None
 
     def start(self, on_choice: Callable[[Choice], None]) -> None:
         def work() -> None:
             try:
-                choice = choose("auto", self._conf)
+                choice = choose("auto", self._conf, self._client)
             except Exception as exc:  # never the anchor's end: the CLI then
                 choice = Choice("cli", f"auto: choosing failed: {type(exc).__name__}: {exc}")
             self.choice = choice
@@ -149,7 +172,7 @@ def backend_for(mode: str, slurm_conf: str | None, cli_options: CliOptions,
         choice = choose(mode, slurm_conf)
         note(choice)
         return PyslurmSlurm(cli(lambda: choice.release), lambda: choice.api, log.warning)
-    deferred = Deferred(slurm_conf)
+    deferred = Deferred(slurm_conf, lambda: cli_backend.client_release(cli_options.srun_path))
     backend = PyslurmSlurm(cli(deferred.release), deferred.api, log.warning)
     deferred.start(note)
     return backend

@@ -338,12 +338,7 @@ class CliSlurm:
         known = self._version_probe() if self._version_probe is not None else None
         if known is not None:
             return known
-        try:
-            res = self._run(slurm_argv.build_version_argv(self._srun), timeout_s=15)
-        except SlurmError:
-            return OLDEST
-        version = parse.parse_version(res.text)
-        return version if res.status == 0 and version else OLDEST
+        return client_release(self._srun) or OLDEST
 
     @staticmethod
     def _run(argv: Sequence[str], env: dict[str, str] | None = None,
@@ -354,3 +349,13 @@ class CliSlurm:
         if res.timed_out:
             raise SlurmError(f"{argv[0]} timed out after {timeout_s:g}s")
         return res
+
+
+def client_release(srun_path: str = "srun") -> tuple[int, int] | None:
+    """The release of the client commands (`srun --version`); None when it cannot tell."""
+    try:
+        res = CliSlurm._run(slurm_argv.build_version_argv(srun_path), timeout_s=15)
+    except SlurmError:
+        return None
+    version = parse.parse_version(res.text)
+    return version if res.status == 0 and version else None

@@ -292,3 +292,40 @@ class TestChoice:
         assert api is not None
         assert (25, 11) == deferred.release()
         assert ["pyslurm"] == [c.name for c in heard]
+
+    def test_auto_does_not_import_a_pyslurm_of_another_release(
+            self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """The installed pyslurm's release (its package metadata) against the client
+        commands': a mismatch chooses the CLI without loading pyslurm, and hands the
+        client release on to the CLI backend."""
+        loads: list[str | None] = []
+
+        def load(conf: str | None) -> PyslurmApi:
+            loads.append(conf)
+            raise pyslurm_api.Unavailable("must not be loaded")
+
+        monkeypatch.setattr(pyslurm_api, "load", load)
+        monkeypatch.setattr(choice, "installed_release", lambda: (25, 11))
+        chosen = choice.choose("auto", None, lambda: (22, 5))
+        assert ("cli", (22, 5), []) == (chosen.name, chosen.release, loads)
+        assert ("auto: pyslurm is built for Slurm 25.11, the client commands are 22.05"
+                == chosen.reason)
+        # the same release, or a client release that cannot be told: pyslurm is loaded
+        for client in ((25, 11), None):
+            chosen = choice.choose("auto", None, lambda c=client: c)
+            assert "cli" == chosen.name and chosen.reason.endswith("must not be loaded")
+        assert [None, None] == loads
+
+    def test_installed_release_from_metadata(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from importlib import metadata
+
+        def version(name: str) -> str:
+            if name != "pyslurm":
+                raise metadata.PackageNotFoundError(name)
+            return "25.11.2"
+
+        monkeypatch.setattr(metadata, "version", version)
+        assert (25, 11) == choice.installed_release()
+        monkeypatch.setattr(metadata, "version", lambda name: (_ for _ in ()).throw(
+            metadata.PackageNotFoundError(name)))
+        assert choice.installed_release() is None
