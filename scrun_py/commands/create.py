@@ -144,13 +144,17 @@ def _bundle_info(inv: Invocation, container_id: str, loaded: Bundle,
                  site_trust: trust.Trust) -> BundleInfo:
     """What the anchor gets of the bundle: config.json's process.env only as far as the
     trust rule lets it steer scrun-py and Slurm (each refused name is logged)."""
+    from scrun_py.oci.bundle import program_in_rootfs
+
     imported, refused = site_trust.split_env(loaded.config.process.env)
     for name in refused:
         inv.note("warning", trust.refused_warning(name), id=container_id, variable=name)
+    process = loaded.config.process
     return BundleInfo(
         path=loaded.path, rootfs=loaded.rootfs, imported_env=imported,
         config=ConfigInfo(ociVersion=loaded.config.ociVersion,
-                          process=ProcessInfo(args=list(loaded.config.process.args),
+                          process=ProcessInfo(args=program_in_rootfs(
+                              list(process.args), process.env, str(loaded.rootfs)),
                                               terminal=loaded.config.process.terminal),
                           annotations=dict(loaded.config.annotations)))
 

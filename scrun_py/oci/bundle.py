@@ -28,6 +28,25 @@ _SEMVER = re.compile(r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)"
                      r"(?:\+[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?", re.ASCII)
 #: the runtime spec's major version: the only one there is, and the one scrun-py runs
 SPEC_MAJOR = 1
+#: the PATH runc and crun look a program up on when process.env has none
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def program_in_rootfs(args: list[str], env: list[str], rootfs: str) -> list[str]:
+    """`args` with a program name that has no ``/`` replaced by its path inside `rootfs`,
+    found on the container's PATH (process.env's, else DEFAULT_PATH) as the runtime finds it
+    inside the container.  srun (from 23.02) looks such a name up on the login node's
+    PATH instead and hands the container that host path (`sh` becomes /usr/bin/sh, which a
+    busybox image does not have); an absolute path it leaves alone.  `args` unchanged when
+    the name is not found there (the runtime then reports it, as it would)."""
+    if not args or "/" in args[0] or not args[0]:
+        return args
+    path = next((e[5:] for e in reversed(env) if e.startswith("PATH=")), DEFAULT_PATH)
+    for directory in path.split(":"):
+        if directory.startswith("/") and os.path.lexists(
+                os.path.join(rootfs, directory.lstrip("/"), args[0])):
+            return [os.path.join(directory, args[0]), *args[1:]]
+    return args
 
 
 @dataclass(frozen=True)

@@ -315,3 +315,37 @@ class TestWriteConfig:
             write_config(loaded, loaded.raw)
         assert "cannot rewrite config.json" in str(exc.value)
         assert ["config.json", "rootfs"] == sorted(p.name for p in bundle.iterdir())
+
+
+class TestProgramInRootfs:
+    """A program name is looked up inside the rootfs on the container's PATH, as the
+    runtime would: srun would look it up on the login node's PATH instead."""
+
+    @pytest.fixture
+    def rootfs(self, tmp_path: Path) -> Path:
+        (tmp_path / "bin").mkdir()
+        (tmp_path / "usr" / "bin").mkdir(parents=True)
+        (tmp_path / "bin" / "busybox").write_text("")
+        (tmp_path / "bin" / "sh").symlink_to("busybox")
+        (tmp_path / "usr" / "bin" / "env").symlink_to("/bin/busybox")  # dangling on the host
+        return tmp_path
+
+    def test_found_on_the_containers_path(self, rootfs: Path) -> None:
+        from scrun_py.oci.bundle import program_in_rootfs
+        assert ["/bin/sh", "-c", "x"] == program_in_rootfs(
+            ["sh", "-c", "x"], ["PATH=/usr/bin:/bin"], str(rootfs))
+        # a link that only resolves inside the container counts
+        assert ["/usr/bin/env"] == program_in_rootfs(["env"], ["PATH=/usr/bin:/bin"],
+                                                     str(rootfs))
+        # the last PATH of process.env wins, as in the container's environment
+        assert ["sh"] == program_in_rootfs(["sh"], ["PATH=/bin", "PATH=/usr/bin"],
+                                           str(rootfs))
+
+    def test_default_path_without_one(self, rootfs: Path) -> None:
+        from scrun_py.oci.bundle import program_in_rootfs
+        assert ["/usr/bin/env"] == program_in_rootfs(["env"], ["TERM=x"], str(rootfs))
+
+    @pytest.mark.parametrize("args", [["/bin/sh"], ["./sh"], ["nosuch"], [""]])
+    def test_left_alone(self, rootfs: Path, args: list[str]) -> None:
+        from scrun_py.oci.bundle import program_in_rootfs
+        assert args == program_in_rootfs(args, ["PATH=/usr/bin:/bin"], str(rootfs))
