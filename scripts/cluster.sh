@@ -23,7 +23,7 @@
 # the slurmd's private mount namespace: with one munged shared by every node, the nodes'
 # decodes of one job credential are replays to munge, and task launch fails on all nodes
 # but one (24.11: "failed decode"; 22.05 built on Debian 13: "Credential replayed").  The
-# multi-node cluster has its own state dir ($STATE-Nn), ports (1300 above the one-node
+# multi-node cluster has its own state dir ($STATE-Nn), ports (2000 above the one-node
 # cluster's slurmctld port, then one per node), ClusterName and job id range, and
 # SlurmdTimeout=10, so a crashed node ends its jobs within a minute.  The nodes share this
 # machine's filesystem.  22.05's oci.conf there puts scrun_py.oci.taskenv in front of the
@@ -103,15 +103,17 @@ resolve_release() {
         export PATH
     fi
     if [ "$NODES" -gt 1 ]; then
-        # a multi-node cluster of the same release: its own state dir, ports (1300 above
-        # the one-node cluster's, then one per node), name and job id range (the 2nd half
+        # a multi-node cluster of the same release: its own state dir, ports (2000 above
+        # the one-node cluster's, then one per node: the packaged release's 8817.., the
+        # others' 9817.. stay clear of the one-node clusters' 7817..8717), name and job id
+        # range (the 2nd half
         # of the release's million; 0 for a packaged release releases.conf does not list)
         local line
         line=$(awk '!/^[[:space:]]*#/ && NF {print $1}' "$REPO/scripts/releases.conf" |
                grep -nxF "$RELEASE" | cut -d: -f1 || true)
         line=${line:-0}
         STATE=$STATE-${NODES}n
-        CTLD_PORT=$((CTLD_PORT + 1300))
+        CTLD_PORT=$((CTLD_PORT + 2000))
         FIRST_JOB_ID=$((line * 1000000 + 500000))
         CLUSTER_NAME=${CLUSTER_NAME}n$NODES
     fi
@@ -213,6 +215,11 @@ CONF
     } > "$STATE/slurm.conf.new"
     if [ -f "$STATE/slurm.conf" ] && ! cmp -s "$STATE/slurm.conf.new" "$STATE/slurm.conf"; then
         CONF_CHANGED=1
+        # a daemon cannot move to another port on reconfigure: it is restarted
+        if [ "$(grep -E '^(SlurmctldPort|SlurmdPort|NodeName)=' "$STATE/slurm.conf")" != \
+             "$(grep -E '^(SlurmctldPort|SlurmdPort|NodeName)=' "$STATE/slurm.conf.new")" ]; then
+            PORTS_CHANGED=1
+        fi
     fi
     mv "$STATE/slurm.conf.new" "$STATE/slurm.conf"
     case "$ver" in
@@ -477,6 +484,7 @@ case "$CMD" in
         install_packages
         fix_host
         write_conf
+        if [ "${PORTS_CHANGED:-0}" = 1 ]; then log "ports changed: restarting the daemons"; down; CONF_CHANGED=0; fi
         start_daemons
         sweep_runtime_state
         make_user
