@@ -6,13 +6,21 @@ containerd or podman match on, we use runc's exact words.
 
 from __future__ import annotations
 
-from typing import ClassVar
+TYPE_CHECKING = False  # every verb imports this module: typing only for mypy
+if TYPE_CHECKING:
+    from typing import ClassVar
 
 
 class ScrunError(Exception):
     """Base class: ``str(err)`` is the one-line message shown to the user."""
 
     exit_code: ClassVar[int] = 1
+
+
+class UsageError(ScrunError):
+    """A command line that names a value scrun-py does not take (click's exit status)."""
+
+    exit_code: ClassVar[int] = 2
 
 
 class ContainerExists(ScrunError):

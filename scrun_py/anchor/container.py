@@ -174,7 +174,7 @@ class Container:
             spool.remove_pid_file(Path(self.spec.pid_file), os.getpid())
 
     def abandon_script(self) -> Path:
-        from scrun_py.slurm.argv import ABANDON_FILE
+        from scrun_py.layout import ABANDON_FILE
 
         return self.dir / ABANDON_FILE
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
+from scrun_py import fastjson
 from scrun_py.status import Status
+
+TYPE_CHECKING = False  # `state` imports this module: typing only for mypy
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def state_document(*, oci_version: str, container_id: str, status: Status, pid: int,
@@ -27,4 +29,4 @@ def state_document(*, oci_version: str, container_id: str, status: Status, pid: 
 
 def render(doc: dict[str, Any]) -> str:
     """One line of compact JSON (Slurm 25.05+ prints compact JSON)."""
-    return json.dumps(doc, separators=(",", ":"))
+    return fastjson.dumps(doc)

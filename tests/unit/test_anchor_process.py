@@ -18,11 +18,12 @@ from typing import Any
 
 import pytest
 
-from scrun_py import client, spool
+from scrun_py import spool
 from scrun_py.anchor import __main__ as anchor_main
 from scrun_py.anchor import readiness
 from scrun_py.anchor.signals import HANDLED
 from scrun_py.anchor.spec import AnchorSpec, BundleInfo, ConfigInfo, ProcessInfo
+from scrun_py.container import Container
 from scrun_py.errors import AllocationFailed, ContainerStillRunning, ProtocolError
 from scrun_py.slurm import cli_backend
 from tests.unit.anchor_harness import quiet_logger
@@ -68,7 +69,7 @@ def make_spec(tmp: Path, ready_fd: int, **runtime: Any) -> AnchorSpec:
 
 
 def request(root: Path, kind: str, **fields: Any) -> dict[str, Any]:
-    return client.request(root, CID, kind, timeout_s=5, **fields)
+    return Container(str(root), CID).request(kind, 5, **fields)
 
 
 @pytest.fixture(autouse=True)

@@ -127,12 +127,12 @@ class TestImportParser:
 
     def test_sees_lazy_and_dynamic_imports(self) -> None:
         """Imports inside functions and import_module(f"lupa.…") are found."""
-        assert "scrun_py.commands.state" in imports_of("scrun_py.cli")
+        assert "scrun_py.commands.run" in imports_of("scrun_py.cli")
         assert _names(imports_of(LUPA_MODULE), "lupa")
 
     def test_from_package_import_submodule(self) -> None:
-        """`from scrun_py import store` counts as importing scrun_py.store."""
-        assert "scrun_py.store" in imports_of("scrun_py.commands.state")
+        """`from scrun_py import fastjson` counts as importing scrun_py.fastjson."""
+        assert "scrun_py.fastjson" in imports_of("scrun_py.protocol")
 
 
 class TestDependencyDirection:
@@ -183,6 +183,50 @@ class TestAnchorStaysLean:
         loaded = {name for name in out if any(name.startswith(h) for h in heavy)}
         assert set() == loaded
         assert "scrun_py" in out  # the probe ran
+
+
+class TestNoClickVerbsStayLean:
+    """`state` is polled and engines run `start` and `delete` once per container: the
+    console script runs them without click, and imports for them no more than the
+    container handle needs (the modules listed here, against a bare interpreter).  A
+    failure may import more (the fatal path writes its record with json)."""
+
+    ALLOWED = frozenset({"scrun_py", "scrun_py.entry", "scrun_py.cmdline", "scrun_py.argv_table",
+               "scrun_py.settings", "scrun_py.layout", "scrun_py.commands",
+               "scrun_py.commands.state", "scrun_py.commands.start",
+               "scrun_py.commands.delete", "scrun_py.container", "scrun_py.fastjson",
+               "scrun_py.protocol", "scrun_py.errors", "scrun_py.procs", "scrun_py.status",
+               "scrun_py.oci", "scrun_py.oci.state", "signal", "enum", "_json", "socket",
+               "_socket", "selectors", "array", "math", "select", "errno", "types",
+               "operator", "functools", "keyword", "reprlib", "collections"})
+
+    @staticmethod
+    def _imported(*code: str) -> set[str]:
+        import subprocess
+        import sys
+
+        res = subprocess.run([sys.executable, "-X", "importtime", "-c", "\n".join(code)],
+                             capture_output=True, text=True, check=False, timeout=60)
+        return {line.rpartition("|")[2].strip() for line in res.stderr.splitlines()
+                if line.startswith("import time:") and "|" in line} - {"package"}
+
+    @pytest.mark.parametrize("argv", [["state", "c1"], ["delete", "c1"],
+                                      ["delete", "--force", "ghost"]])
+    def test_import_set(self, tmp_path: Path, argv: list[str]) -> None:
+        import json
+
+        cdir = tmp_path / "c1"
+        cdir.mkdir(mode=0o700)
+        (cdir / "state.json").write_text(json.dumps(
+            {"id": "c1", "bundle": "/b", "rootfs": "/b/r", "status": "stopped"}))
+        bare = self._imported("pass")
+        used = self._imported(
+            "import sys",
+            f"sys.argv = ['scrun-py', '--root', {str(tmp_path)!r}, '--log', "
+            f"{str(tmp_path / 'log')!r}, '--log-format', 'json', *{argv!r}]",
+            "from scrun_py.entry import main", "main()")
+        assert "scrun_py.commands" in used  # the probe ran the verb
+        assert set() == used - bare - self.ALLOWED
 
 
 class TestPyslurmIsLazy:
