@@ -112,8 +112,6 @@ def parse(argv: list[str]) -> Call | None:
 def apply_table(inv: Invocation, verb: str, given: Mapping[str, Any]) -> None:
     """Log each ignored option that was given (at debug; a non-zero --preserve-fds as a
     warning); refuse a default-only option given another value than its default."""
-    from scrun_py.errors import UsageError
-
     seen: set[str] = set()
     for dest, _kind, effect, default, record_name, _choices in OPTIONS[verb].values():
         if dest in seen:
@@ -126,6 +124,8 @@ def apply_table(inv: Invocation, verb: str, given: Mapping[str, Any]) -> None:
         if effect == "ignored":
             inv.note("debug", f"{where}{record_name} ignored", flag=record_name, value=value)
         elif effect == "default-only":
+            from scrun_py.errors import UsageError
+
             raise UsageError(f"{where}{record_name} {value}: only {default} is supported")
     if given.get("preserve_fds"):
         inv.note("warning", f"{verb} --preserve-fds {given['preserve_fds']} ignored: file "

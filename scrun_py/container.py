@@ -6,21 +6,14 @@ store.py and spool.py for what they share with it.  `state` is polled and engine
 `start` and `delete` once per container: the interpreter's start is most of their cost,
 so this module imports os, the C JSON scanner (fastjson) and, for a request, socket;
 paths are strings.  The record's fields and their defaults and the verbs' timeouts
-have their one home here (the file names theirs in layout.py).
+have their one home here (the names of the files, in layout.py).
 """
 
 from __future__ import annotations
 
 import os
 
-from scrun_py import fastjson, layout, protocol
-from scrun_py.errors import (
-    AnchorUnreachable,
-    ContainerNotFound,
-    InvalidContainerId,
-    PermissionDenied,
-    ScrunError,
-)
+from scrun_py import fastjson, layout
 from scrun_py.layout import SITE_FILE, SOCKET_NAME, STATE_FILE
 from scrun_py.procs import process_start_time
 from scrun_py.status import Status
@@ -41,13 +34,20 @@ NOT_OWNER = "permission denied: container belongs to another user"
 
 
 def validate_id(container_id: str) -> str:
+    """`container_id`, or InvalidContainerId saying why it is not one."""
+    reason = ""
     if not container_id:
-        raise InvalidContainerId("empty")
+        reason = "empty"
     # surrogateescape: undecodable argv bytes arrive as lone surrogates (PEP 383).
-    if len(container_id) > MAX_ID_LEN or len(container_id.encode(errors="surrogateescape")) > 255:
-        raise InvalidContainerId("too long")
-    if container_id in (".", "..") or not set(container_id) <= ID_CHARS:
-        raise InvalidContainerId("only letters, digits, '_', '+', '-' and '.' are allowed")
+    elif (len(container_id) > MAX_ID_LEN
+          or len(container_id.encode(errors="surrogateescape")) > 255):
+        reason = "too long"
+    elif container_id in (".", "..") or not set(container_id) <= ID_CHARS:
+        reason = "only letters, digits, '_', '+', '-' and '.' are allowed"
+    if reason:
+        from scrun_py.errors import InvalidContainerId  # a good id imports no errors
+
+        raise InvalidContainerId(reason)
     return container_id
 
 
@@ -116,6 +116,29 @@ class ContainerRecord:
         return record
 
 
+def state_document(*, oci_version: str, container_id: str, status: Status, pid: int,
+                   bundle: str, rootfs: str, created: str, owner: str,
+                   annotations: dict[str, str]) -> dict[str, Any]:
+    """The OCI state document `state` prints: keys in Slurm's order, then runc's
+    extras; pid is 0 once stopped."""
+    return {
+        "ociVersion": oci_version,
+        "id": container_id,
+        "status": status.value,
+        "pid": 0 if status is Status.STOPPED else pid,
+        "bundle": bundle,
+        "annotations": annotations,
+        "rootfs": rootfs,
+        "created": created,
+        "owner": owner,
+    }
+
+
+def render(doc: dict[str, Any]) -> str:
+    """One line of compact JSON (Slurm 25.05+ prints compact JSON)."""
+    return fastjson.dumps(doc)
+
+
 def site_file_may_apply(slurm_conf: str) -> bool:
     """Whether a site file sits next to `slurm_conf` or the system's slurm.conf (the
     system's may make itself the one in use): only then can it ask for an audit trail."""
@@ -126,6 +149,8 @@ def site_file_may_apply(slurm_conf: str) -> bool:
 def check_private(path: str, what: str) -> None:
     """`path` (symlinks followed) must belong to the caller (its effective
     uid) and be writable by nobody else; ScrunError naming the owner or the mode."""
+    from scrun_py.errors import ScrunError
+
     try:
         st = os.stat(path)
     except OSError as exc:
@@ -183,17 +208,26 @@ class Container:
         self.state_file = os.path.join(self.dir, STATE_FILE)
 
     def record(self) -> ContainerRecord:
+        """The record; ContainerNotFound, or ScrunError for one that cannot be read.
+        (The errors module is imported only on the way to an error: `state` of a good
+        record does without it.)"""
         try:
             with open(self.state_file, "rb") as fh:
                 data = fh.read()
         except (FileNotFoundError, NotADirectoryError) as exc:
+            from scrun_py.errors import ContainerNotFound
+
             raise ContainerNotFound() from exc
         except PermissionError as exc:
+            from scrun_py.errors import ScrunError
+
             raise ScrunError(
                 f"permission denied reading container state: {self.state_file}") from exc
         try:
             return ContainerRecord.from_json(data)
         except (ValueError, TypeError, RecursionError) as exc:
+            from scrun_py.errors import ScrunError
+
             raise ScrunError(f"corrupt container state file: {self.state_file}") from exc
 
     @staticmethod
@@ -215,8 +249,6 @@ class Container:
 
     def state_line(self) -> str:
         """The OCI state document `state` prints, as one line of compact JSON."""
-        from scrun_py.oci.state import render, state_document
-
         record = self.record()
         return render(state_document(
             oci_version=record.oci_version, container_id=record.id,
@@ -227,6 +259,9 @@ class Container:
     def request(self, kind: str, timeout_s: float | None, **fields: Any) -> dict[str, Any]:
         """Send one control request to the anchor; its reply, or the error it raised.
         AnchorUnreachable when nothing answers; PermissionDenied for another user's."""
+        from scrun_py import protocol
+        from scrun_py.errors import AnchorUnreachable
+
         sock = self.connect()
         with sock:
             sock.settimeout(timeout_s)
@@ -246,6 +281,8 @@ class Container:
         --root of any length fits in sun_path."""
         import errno
         import socket
+
+        from scrun_py.errors import AnchorUnreachable, PermissionDenied
 
         try:
             fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)

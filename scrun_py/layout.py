@@ -1,10 +1,11 @@
-"""The names scrun-py's files have on disk: the one home of each.  Pure: no imports."""
+"""The names of the files scrun-py keeps: the one home of each.  Pure: no imports."""
 
 #: what a container's directory under --root holds: its record, the anchor's control
 #: socket, and the script that ends the allocation when the anchor is gone
 STATE_FILE = "state.json"
 SOCKET_NAME = "anchor.sock"
 ABANDON_FILE = "on-abandon.sh"
-#: the site file, next to slurm.conf; the system's slurm.conf
+#: the site file, next to slurm.conf; the system's slurm.conf (read at call time: the
+#: tests that stand a directory in for /etc/slurm set it)
 SITE_FILE = "scrun-py.toml"
 DEFAULT_SLURM_CONF = "/etc/slurm/slurm.conf"

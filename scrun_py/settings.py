@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 
-from scrun_py import layout
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -77,10 +75,10 @@ class Invocation:
         bad level word is a ConfigError naming its source.  Without any of them the
         defaults apply, looked up when first needed.
         """
-        from scrun_py.errors import ConfigError
-
         log_name = log_file_name(log_path)
         if log_path is not None and log_name is None:
+            from scrun_py.errors import ConfigError
+
             raise ConfigError(f"--log {log_path}: only a file ([file:]PATH) is supported; "
                               "for syslog use SCRUN_SYSLOG_DEBUG")
         env = os.environ if environ is None else environ
@@ -131,6 +129,8 @@ class Invocation:
         """The slurm.conf in use: -f, else $SLURM_CONF, else the system's."""
         if self.slurm_conf_name is not None:
             return self.slurm_conf_name
+        from scrun_py import layout
+
         return os.environ.get("SLURM_CONF") or layout.DEFAULT_SLURM_CONF
 
     def slurm_conf_path(self) -> Path:

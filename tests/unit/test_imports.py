@@ -19,7 +19,7 @@ PACKAGE_DIR = Path(__file__).resolve().parents[2] / "scrun_py"
 
 # The `python -m scrun_py` entry point is the one module that may import the CLI.
 CLI_ENTRY_POINTS = {"scrun_py.__main__", "scrun_py.entry"}
-PURE_MODULES = ["scrun_py.protocol", "scrun_py.patterns", "scrun_py.oci.state",
+PURE_MODULES = ["scrun_py.protocol", "scrun_py.patterns", "scrun_py.fastjson", "scrun_py.layout",
                 "scrun_py.slurm.argv", "scrun_py.slurm.options", "scrun_py.status",
                 "scrun_py.signames", "scrun_py.policy", "scrun_py.slurm.parse",
                 "scrun_py.anchor.table", "scrun_py.trust"]
@@ -122,7 +122,7 @@ class TestImportParser:
     def test_finds_every_module(self) -> None:
         """The scan sees the package's modules, including nested ones."""
         modules = _modules()
-        assert {"scrun_py", "scrun_py.cli", "scrun_py.oci.state", "scrun_py.hooks.lua",
+        assert {"scrun_py", "scrun_py.cli", "scrun_py.oci.bundle", "scrun_py.hooks.lua",
                 *PURE_MODULES} <= set(modules)
 
     def test_sees_lazy_and_dynamic_imports(self) -> None:
@@ -196,7 +196,7 @@ class TestNoClickVerbsStayLean:
                "scrun_py.commands.state", "scrun_py.commands.start",
                "scrun_py.commands.delete", "scrun_py.container", "scrun_py.fastjson",
                "scrun_py.protocol", "scrun_py.errors", "scrun_py.procs", "scrun_py.status",
-               "scrun_py.oci", "scrun_py.oci.state", "signal", "enum", "_json", "socket",
+               "signal", "enum", "_json", "socket",
                "_socket", "selectors", "array", "math", "select", "errno", "types",
                "operator", "functools", "keyword", "reprlib", "collections"})
 
