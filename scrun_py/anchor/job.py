@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shlex
 import signal
 import threading
 import time
@@ -19,10 +18,8 @@ from scrun_py.anchor.container import Container
 from scrun_py.anchor.stderr_relay import StderrRelay
 from scrun_py.anchor.table import FATAL_BY_DEFAULT
 from scrun_py.errors import AllocationFailed, ScrunError, SlurmError
-from scrun_py.slurm.argv import ABANDON_ENV
 from scrun_py.slurm.backend import Allocation, SlurmBackend, Step, StepRequest
 from scrun_py.slurm.options import JobOptions
-from scrun_py.slurm.parse import max_tasks_per_node, transient_launch_failure
 from scrun_py.threads import Cancel
 
 RELEASE_TIMEOUT_S = 60.0
@@ -65,9 +62,9 @@ class Job:
                 rec.job_id = job_id
                 box.save()
 
-            env = {**box.environ, ABANDON_ENV: str(box.abandon_script())}
-            self.alloc = self.backend.allocate(self.job_opts.alloc, env, on_job_id,
-                                               self.alloc_timeout_s, cancel)
+            self.alloc = self.backend.allocate(self.job_opts.alloc, dict(box.environ),
+                                               on_job_id, self.alloc_timeout_s, cancel,
+                                               str(box.abandon_script()))
             rec.job_id = self.alloc.job_id
         box.save()
         box.event("allocation granted")
@@ -144,13 +141,13 @@ class Job:
             returncode = step.wait()
             assert returncode is not None
             code = procs.exit_code(returncode)
-            failure = None
+            failure, transient = None, False
             if self._relay is not None:
                 # the container's last stderr bytes reach the engine before its exit
                 self._relay.drain(STDERR_DRAIN_S)
-                failure = self._relay.launch_failure
+                failure, transient = self._relay.launch_failure, self._relay.transient_failure
                 self._relay.close()
-            if not (code and failure and transient_launch_failure(failure)
+            if not (code and transient
                     and time.monotonic() < deadline and may_relaunch()):
                 break
             self.box.event("step not created, launching it again", reason=failure)
@@ -213,15 +210,13 @@ class Job:
 
     def write_abandon_script(self) -> None:
         """What the allocation holder runs if this anchor dies: SIGKILL the container
-        through the runtime (see slurm/argv.py HOLDER_SCRIPT)."""
+        through the runtime (the backend writes the command)."""
         alloc = self.alloc
         if alloc is None or not alloc.owned:
             return
         step_id = self.step_id()
-        per_node = max_tasks_per_node(alloc.env.get("SLURM_TASKS_PER_NODE", "1"))
-        argv = (self.backend.kill_argv(alloc.job_id, step_id, per_node)
-                if step_id is not None else None)
-        if argv is not None:
-            script = "timeout 30 " + shlex.join(argv) + "\n"
+        script = (self.backend.abandon_script(alloc, step_id)
+                  if step_id is not None else None)
+        if script is not None:
             with contextlib.suppress(OSError):
                 spool.write_atomic(self.box.abandon_script(), script.encode(), 0o700)

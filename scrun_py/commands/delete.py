@@ -109,7 +109,6 @@ def _clean_after_dead_anchor(record: ContainerRecord) -> None:
     """The anchor died without finishing (e.g. SIGKILL): end its job ourselves."""
     if record.status == Status.STOPPED.value or not record.job_id or not record.owns_job:
         return
-    from scrun_py import procs
-    from scrun_py.slurm.argv import build_scancel_argv
+    from scrun_py.slurm.cancel import cancel_job
 
-    procs.run(build_scancel_argv(record.job_id), timeout_s=30)
+    cancel_job(record.job_id)

@@ -12,6 +12,7 @@ import contextlib
 import fcntl
 import os
 import select
+import shlex
 import signal
 import subprocess
 import termios
@@ -146,8 +147,10 @@ class CliSlurm:
     # ---- the job ----------------------------------------------------------------------------
     def allocate(self, opts: Sequence[str], env: dict[str, str],
                  on_job_id: Callable[[int], None], timeout_s: float | None,
-                 cancel: Cancel) -> Allocation:
+                 cancel: Cancel, abandon_file: str | None = None) -> Allocation:
         self._start_version_probe()
+        if abandon_file is not None:  # the holder script runs it (argv.HOLDER_SCRIPT)
+            env = {**env, slurm_argv.ABANDON_ENV: abandon_file}
         argv, self._job_dir = slurm_argv.build_salloc_argv(opts, self._salloc), _salloc_cwd(opts)
         # salloc's stderr goes to an unlinked file, not a pipe: if the anchor dies, a
         # salloc writing to a broken pipe spins at 100% CPU forever (seen on 22.05).
@@ -388,7 +391,14 @@ class CliSlurm:
 
     def kill_argv(self, job_id: int, step_id: int,
                   tasks_per_node: int = 1) -> list[str] | None:
+        """A command that SIGKILLs the container (every task's, up to `tasks_per_node` on
+        a node) without the anchor (None if impossible)."""
         return self.signal_argv(job_id, step_id, int(signal.SIGKILL), tasks_per_node)
+
+    def abandon_script(self, alloc: Allocation, step_id: int) -> str | None:
+        per_node = parse.max_tasks_per_node(alloc.env.get("SLURM_TASKS_PER_NODE", "1"))
+        argv = self.kill_argv(alloc.job_id, step_id, per_node)
+        return None if argv is None else f"timeout 30 {shlex.join(argv)}\n"
 
     def command_argv(self, job_id: int, command: str) -> list[str]:
         return slurm_argv.build_command_step_argv(

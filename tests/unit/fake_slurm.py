@@ -95,7 +95,7 @@ class FakeSlurm:
     # ---- SlurmBackend --------------------------------------------------------------------
     def allocate(self, opts: Sequence[str], env: dict[str, str],
                  on_job_id: Callable[[int], None], timeout_s: float | None,
-                 cancel: Cancel) -> Allocation:
+                 cancel: Cancel, abandon_file: str | None = None) -> Allocation:
         on_job_id(self.job_id)
         try:
             self._call("allocate", tuple(opts), cancel=cancel)
@@ -143,9 +143,8 @@ class FakeSlurm:
         if self.step is not None and not self.ignore_signals and sig in FATAL_BY_DEFAULT:
             self.step.exit(-sig)
 
-    def kill_argv(self, job_id: int, step_id: int,
-                  tasks_per_node: int = 1) -> list[str] | None:
-        return ["kill-container", str(job_id), str(step_id)]
+    def abandon_script(self, alloc: Allocation, step_id: int) -> str | None:
+        return f"kill-container {alloc.job_id} {step_id}\n"
 
     def command_argv(self, job_id: int, command: str) -> list[str]:
         return ["on-nodes", str(job_id), command]

@@ -13,7 +13,7 @@ import pytest
 
 from scrun_py.errors import AllocationFailed, StepLaunchFailed
 from scrun_py.slurm import cli_backend
-from scrun_py.slurm.backend import StepRequest
+from scrun_py.slurm.backend import Allocation, StepRequest
 from scrun_py.slurm.cli_backend import CliSlurm
 from scrun_py.threads import Cancel, Cancelled
 
@@ -223,6 +223,18 @@ class TestStep:
         assert kill[-1].endswith(" 9")
         assert backend(bin_dir, kill="crun kill %x").kill_argv(55, 2) is None
         assert ["/bin/sh", "-c", "hostname"] == slurm.command_argv(55, "hostname")[-3:]
+
+    def test_abandon_script(self, bin_dir: Path) -> None:
+        """The kill command under a 30 s timeout, for the most tasks a node of the
+        allocation has (SLURM_TASKS_PER_NODE); None where the kill cannot be built."""
+        import shlex
+
+        alloc = Allocation(55, {"SLURM_TASKS_PER_NODE": "1,3(x2)"}, True)
+        kill = backend(bin_dir).kill_argv(55, 2, 3)
+        assert kill is not None
+        assert f"timeout 30 {shlex.join(kill)}\n" == backend(bin_dir).abandon_script(alloc, 2)
+        assert kill != backend(bin_dir).kill_argv(55, 2, 1)
+        assert backend(bin_dir, kill="crun kill %x").abandon_script(alloc, 2) is None
 
     def test_cancel(self, bin_dir: Path) -> None:
         backend(bin_dir).cancel(55, 0)

@@ -160,6 +160,24 @@ class TestDependencyDirection:
         assert [] == offenders
 
 
+class TestSlurmBoundary:
+    """Only scrun_py/slurm/ knows Slurm's command lines and output: the anchor and the
+    verbs go through a backend (or slurm/cancel.py, slurm/stderr_filter.py)."""
+
+    SEALED = ("scrun_py.slurm.argv", "scrun_py.slurm.parse")
+
+    def test_anchor_and_commands_do_not_import_argv_or_parse(self) -> None:
+        offenders = sorted(f"{m} imports {name}" for m in _modules()
+                           if m.startswith(("scrun_py.anchor", "scrun_py.commands"))
+                           for name in imports_of(m) if name in self.SEALED)
+        assert [] == offenders
+
+    def test_the_check_sees_an_import(self) -> None:
+        """`from scrun_py.slurm import argv, parse` (the CLI backend's way) is seen, else
+        the check above proves nothing."""
+        assert set(self.SEALED) <= imports_of("scrun_py.slurm.cli_backend")
+
+
 class TestAnchorStaysLean:
     def test_anchor_does_not_import_heavy_modules(self) -> None:
         """The anchor (one per container) gets validated data from create, so it never
