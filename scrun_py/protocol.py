@@ -20,7 +20,7 @@ else:
 VERSION = 1
 MAX_MESSAGE = 64 * 1024
 TOO_LARGE = "message too large"
-REQUEST_TYPES = frozenset({"state", "start", "kill", "delete"})
+REQUEST_TYPES = frozenset({"start", "kill", "delete"})
 
 
 def encode_request(kind: str, **fields: Any) -> bytes:

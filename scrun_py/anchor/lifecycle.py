@@ -22,7 +22,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from scrun_py import procs, spool, threads
 from scrun_py.anchor.container import Container
@@ -154,17 +154,9 @@ class Lifecycle:
                      reason="delete"))
         self._stopped.wait()
 
-    def snapshot(self) -> dict[str, Any]:
-        rec = self.box.record
-        return {"status": rec.status, "job_id": rec.job_id, "bundle": rec.bundle}
-
     def wait_stopped(self, timeout_s: float | None = None) -> int:
         self._stopped.wait(timeout_s)
         return self.result
-
-    @property
-    def stopped(self) -> bool:
-        return self._stopped.is_set()
 
     # ---- create ------------------------------------------------------------------------------
     def create(self) -> BaseException | None:

@@ -104,8 +104,6 @@ class ControlServer:
 
     def _dispatch(self, req: dict[str, Any]) -> dict[str, Any]:
         kind = req["type"]
-        if kind == "state":
-            return self.lc.snapshot()
         if kind == "start":
             return {"job_id": self.lc.start()}
         if kind == "kill":

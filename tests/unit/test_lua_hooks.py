@@ -450,7 +450,7 @@ class TestLogging:
     def test_each_log_function_at_its_own_level(self, lua_script: LuaScript, tmp_path: Path,
                                                 call: str, word: str) -> None:
         """Through the real sinks, slurm.log_<level> writes a record at exactly that level:
-        a --log file at that level gets it, one a step less verbose does not (issue 13.6)."""
+        a --log file at that level gets it, one a step less verbose does not."""
         got: dict[str, list[str]] = {}
         for file_word in (word, LADDER[LADDER.index(word) - 1]):
             log = tmp_path / f"{call}-{file_word}.log"
