@@ -401,3 +401,50 @@ def test_version_is_clicks() -> None:
     fast, slow = run("--version"), run("--debug", "version")
     assert (0, slow.stdout) == (fast.returncode, fast.stdout)
     assert 3 == len(fast.stdout.splitlines())
+
+
+class TestConsoleScript:
+    """entry.main: `--version` first, then the click-free path or click, each ending
+    with os._exit (stood in for here by SystemExit)."""
+
+    @pytest.fixture(autouse=True)
+    def exit_raises(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        def fake_exit(code: int) -> None:
+            raise SystemExit(code)
+
+        monkeypatch.setattr(os, "_exit", fake_exit)
+
+    def _main(self, monkeypatch: pytest.MonkeyPatch, *argv: str) -> int:
+        from scrun_py import entry
+
+        monkeypatch.setattr("sys.argv", ["scrun-py", *argv])
+        with pytest.raises(SystemExit) as info:
+            entry.main()
+        assert isinstance(info.value.code, int)
+        return info.value.code
+
+    def test_version(self, monkeypatch: pytest.MonkeyPatch,
+                     capsys: pytest.CaptureFixture[str]) -> None:
+        assert 0 == self._main(monkeypatch, "-v")
+        assert capsys.readouterr().out.startswith("scrun-py version ")
+
+    @pytest.mark.parametrize(("argv", "clicked"), [
+        (["state", "c1"], False), (["--debug", "state", "c1"], False),
+        (["state", "--help"], True), (["features"], True)])
+    def test_click_only_when_the_parser_gives_up(
+            self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+            capsys: pytest.CaptureFixture[str], argv: list[str], clicked: bool) -> None:
+        stored(tmp_path, "stopped", 0)
+        used: list[list[str]] = []
+        real = cli.main
+
+        def spy(args: list[str]) -> None:
+            used.append(args)
+            real(args)
+
+        monkeypatch.setattr(cli, "main", spy)
+        assert 0 == self._main(monkeypatch, "--root", str(tmp_path), *argv)
+        assert clicked == bool(used)
+        out = capsys.readouterr().out
+        if argv[-1] == "c1":
+            assert "stopped" == json.loads(out)["status"]
