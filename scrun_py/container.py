@@ -14,9 +14,8 @@ from __future__ import annotations
 import os
 
 from scrun_py import fastjson, layout
-from scrun_py.layout import SITE_FILE, SOCKET_NAME, STATE_FILE
+from scrun_py.layout import CREATING, SITE_FILE, SOCKET_NAME, STATE_FILE, STATUSES, STOPPED
 from scrun_py.procs import process_start_time
-from scrun_py.status import Status
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -65,7 +64,7 @@ class ContainerRecord:
 
     def __init__(self, id: str, bundle: str, rootfs: str,
                  oci_version: str = "1.0.2", annotations: dict[str, str] | None = None,
-                 status: str = Status.CREATING.value, anchor_pid: int = 0,
+                 status: str = CREATING, anchor_pid: int = 0,
                  anchor_start: str = "", created: str = "", owner: str = "",
                  pid_file: str = "", job_id: int = 0, owns_job: bool = True,
                  step_id: int | None = None, exit_code: int | None = None) -> None:
@@ -112,11 +111,12 @@ class ContainerRecord:
             if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
                 raise ValueError(f"container record field {key} is a {type(value).__name__}")
         record = cls(**fields)
-        Status(record.status)  # an unknown status is a corrupt record (ValueError)
+        if record.status not in STATUSES:
+            raise ValueError(f"container record status {record.status!r} is not one")
         return record
 
 
-def state_document(*, oci_version: str, container_id: str, status: Status, pid: int,
+def state_document(*, oci_version: str, container_id: str, status: str, pid: int,
                    bundle: str, rootfs: str, created: str, owner: str,
                    annotations: dict[str, str]) -> dict[str, Any]:
     """The OCI state document `state` prints: keys in Slurm's order, then runc's
@@ -124,8 +124,8 @@ def state_document(*, oci_version: str, container_id: str, status: Status, pid: 
     return {
         "ociVersion": oci_version,
         "id": container_id,
-        "status": status.value,
-        "pid": 0 if status is Status.STOPPED else pid,
+        "status": str(status),
+        "pid": 0 if status == STOPPED else pid,
         "bundle": bundle,
         "annotations": annotations,
         "rootfs": rootfs,
@@ -239,13 +239,12 @@ class Container:
         return bool(started) and (not record.anchor_start or started == record.anchor_start)
 
     @classmethod
-    def status(cls, record: ContainerRecord) -> Status:
+    def status(cls, record: ContainerRecord) -> str:
         """The record's status, refreshed against its anchor: a dead anchor's container
         has stopped, whatever the record says (runc's refreshState)."""
-        status = Status(record.status)
-        if status is not Status.STOPPED and not cls.anchor_alive(record):
-            return Status.STOPPED
-        return status
+        if record.status != STOPPED and not cls.anchor_alive(record):
+            return STOPPED
+        return record.status
 
     def state_line(self) -> str:
         """The OCI state document `state` prints, as one line of compact JSON."""

@@ -31,4 +31,4 @@ def anchor_alive(record: ContainerRecord) -> bool:
 
 
 def effective_status(record: ContainerRecord) -> Status:
-    return Container.status(record)
+    return Status(Container.status(record))

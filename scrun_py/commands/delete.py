@@ -27,8 +27,7 @@ from scrun_py.errors import (
     PermissionDenied,
     ScrunError,
 )
-from scrun_py.layout import SOCKET_NAME
-from scrun_py.status import Status
+from scrun_py.layout import RUNNING, SOCKET_NAME, STOPPED
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -50,7 +49,7 @@ def run(inv: Invocation, container_id: str, force: bool) -> None:
         raise
     _check_owner(box)
     status = box.status(record)
-    if status is not Status.STOPPED:
+    if status != STOPPED:
         # The anchor decides from its own phase (state.json may lag behind it): without
         # --force it refuses a running container with runc's words, and kills and
         # deletes a created one, as runc does.
@@ -59,7 +58,7 @@ def run(inv: Invocation, container_id: str, force: bool) -> None:
         except AnchorUnreachable:
             pass
         _wait_anchor_exit(record)
-        if not force and status is Status.RUNNING and box.anchor_alive(record):
+        if not force and status == RUNNING and box.anchor_alive(record):
             raise ContainerStillRunning(container_id)  # alive, yet it does not answer
     else:
         _clean_after_dead_anchor(record)
@@ -107,7 +106,7 @@ def _wait_anchor_exit(record: ContainerRecord) -> None:
 
 def _clean_after_dead_anchor(record: ContainerRecord) -> None:
     """The anchor died without finishing (e.g. SIGKILL): end its job ourselves."""
-    if record.status == Status.STOPPED.value or not record.job_id or not record.owns_job:
+    if record.status == STOPPED or not record.job_id or not record.owns_job:
         return
     from scrun_py.slurm.cancel import cancel_job
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 from scrun_py.commands import audit
 from scrun_py.container import KILL_TIMEOUT_S, Container
 from scrun_py.errors import AnchorUnreachable, ContainerNotRunning, ScrunError
+from scrun_py.layout import STOPPED
 from scrun_py.signames import parse_signal
-from scrun_py.status import Status
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -20,7 +20,7 @@ def run(inv: Invocation, container_id: str, signal: str | None) -> None:
     sig = parse_signal(signal or "TERM")
     box = Container(inv.root_dir, container_id)
     record = box.record()
-    if box.status(record) is Status.STOPPED:
+    if box.status(record) == STOPPED:
         raise ContainerNotRunning()
     try:
         box.request("kill", KILL_TIMEOUT_S, signal=sig)

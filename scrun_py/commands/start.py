@@ -5,26 +5,26 @@ from __future__ import annotations
 from scrun_py.commands import audit
 from scrun_py.container import START_TIMEOUT_S, Container
 from scrun_py.errors import AnchorUnreachable, ScrunError
-from scrun_py.status import Status
+from scrun_py.layout import RUNNING, STOPPED
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from scrun_py.settings import Invocation
 
-STOPPED = "cannot start a container that has stopped"
+HAS_STOPPED = "cannot start a container that has stopped"
 
 
 def run(inv: Invocation, container_id: str) -> None:
     box = Container(inv.root_dir, container_id)
     record = box.record()
     status = box.status(record)
-    if status is Status.STOPPED:
-        raise ScrunError(STOPPED)
-    if status is Status.RUNNING:
+    if status == STOPPED:
+        raise ScrunError(HAS_STOPPED)
+    if status == RUNNING:
         raise ScrunError("cannot start an already running container")
     try:
         box.request("start", START_TIMEOUT_S)
     except AnchorUnreachable as exc:
-        raise ScrunError(STOPPED) from exc
+        raise ScrunError(HAS_STOPPED) from exc
     audit(inv, "start", container_id=container_id, job_id=record.job_id or None,
           bundle=record.bundle)

@@ -209,14 +209,11 @@ class TestNoClickVerbsStayLean:
     container handle needs (the modules listed here, against a bare interpreter).  A
     failure may import more (the fatal path writes its record with json)."""
 
-    ALLOWED = frozenset({"scrun_py", "scrun_py.entry", "scrun_py.cmdline", "scrun_py.argv_table",
-               "scrun_py.settings", "scrun_py.layout", "scrun_py.commands",
-               "scrun_py.commands.state", "scrun_py.commands.start",
-               "scrun_py.commands.delete", "scrun_py.container", "scrun_py.fastjson",
-               "scrun_py.protocol", "scrun_py.errors", "scrun_py.procs", "scrun_py.status",
-               "signal", "enum", "_json", "socket",
-               "_socket", "selectors", "array", "math", "select", "errno", "types",
-               "operator", "functools", "keyword", "reprlib", "collections"})
+    ALLOWED = frozenset({
+        "scrun_py", "scrun_py.entry", "scrun_py.cmdline", "scrun_py.argv_table",
+        "scrun_py.settings", "scrun_py.layout", "scrun_py.commands", "scrun_py.commands.state",
+        "scrun_py.commands.delete", "scrun_py.container", "scrun_py.fastjson",
+        "scrun_py.errors", "scrun_py.procs", "_json"})
 
     @staticmethod
     def _imported(*code: str) -> set[str]:
