@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from scrun_py.errors import AllocationFailed, StepLaunchFailed
-from scrun_py.slurm import cli_backend
+from scrun_py.slurm import cli_backend, salloc_holder
 from scrun_py.slurm.backend import Allocation, StepRequest
 from scrun_py.slurm.cli_backend import CliSlurm
 from scrun_py.threads import Cancel, Cancelled
@@ -245,18 +245,18 @@ class TestSallocDirectory:
     """The job's WorkDir is salloc's working directory."""
 
     def test_working_dir_option(self, tmp_path: Path) -> None:
-        assert str(tmp_path) == cli_backend._salloc_cwd([f"--chdir={tmp_path}", "-N1"])
+        assert str(tmp_path) == salloc_holder.salloc_cwd([f"--chdir={tmp_path}", "-N1"])
 
     def test_callers_directory_kept(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                     ) -> None:
         monkeypatch.chdir(tmp_path)
-        assert cli_backend._salloc_cwd(["-N1"]) is None
+        assert salloc_holder.salloc_cwd(["-N1"]) is None
 
     def test_unusable_directory_becomes_tmp(self, tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.chdir(tmp_path)
-        monkeypatch.setattr(cli_backend.os, "access", lambda path, mode: False)
-        assert "/tmp" == cli_backend._salloc_cwd([])
+        monkeypatch.setattr(os, "access", lambda path, mode: False)
+        assert "/tmp" == salloc_holder.salloc_cwd([])
 
     def test_removed_directory_becomes_tmp(self, tmp_path: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
@@ -264,4 +264,4 @@ class TestSallocDirectory:
         gone.mkdir()
         monkeypatch.chdir(gone)
         gone.rmdir()
-        assert "/tmp" == cli_backend._salloc_cwd([])
+        assert "/tmp" == salloc_holder.salloc_cwd([])
