@@ -16,7 +16,7 @@ from typing import Any
 
 from scrun_py import audit, procs, spool, store, threads
 from scrun_py.anchor.spec import AnchorSpec, BundleInfo
-from scrun_py.hooks.lua import HookContext, Hooks, NoHooks
+from scrun_py.hooks.interface import HookContext, Hooks, NoHooks
 from scrun_py.logs import Logger
 from scrun_py.slurm.backend import Allocation
 from scrun_py.status import Status

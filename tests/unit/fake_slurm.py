@@ -18,7 +18,7 @@ from typing import Any
 
 from scrun_py.anchor.table import FATAL_BY_DEFAULT
 from scrun_py.errors import AllocationFailed
-from scrun_py.hooks.lua import HookContext
+from scrun_py.hooks.interface import HookContext
 from scrun_py.slurm.backend import Allocation, JobInfo, SlurmBackend, StepRequest
 from scrun_py.threads import Cancel, Cancelled
 
