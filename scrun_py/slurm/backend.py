@@ -42,9 +42,16 @@ class StepRequest(NamedTuple):
     stdio: tuple[int, int, int] = (0, 1, 2)
 
 
+class StepExit(NamedTuple):
+    """How the container step ended."""
+
+    returncode: int  # negative N: killed by signal N (subprocess's convention)
+    not_created: str | None = None  # Slurm's reason when the step was never created
+    retry: bool = False  # not created because slurmctld did not answer: may work later
+
+
 class Step(Protocol):
-    """A running container step (subprocess.Popen fits, with `wait` returning None on a
-    timeout)."""
+    """A running container step."""
 
     @property
     def pid(self) -> int: ...
@@ -52,9 +59,9 @@ class Step(Protocol):
     @property
     def returncode(self) -> int | None: ...
 
-    def wait(self, timeout_s: float | None = None) -> int | None:
-        """The returncode once the step has exited (negative N: killed by signal N);
-        None if it still runs after `timeout_s`."""
+    def wait(self, timeout_s: float | None = None) -> StepExit | None:
+        """How the step ended, once it has (the container's last stderr bytes passed on
+        by then); None if it still runs after `timeout_s`."""
 
     def kill(self) -> None: ...
 

@@ -24,9 +24,10 @@ from scrun_py import procs, threads
 from scrun_py.errors import AllocationFailed, SlurmError, StepLaunchFailed
 from scrun_py.slurm import argv as slurm_argv
 from scrun_py.slurm import parse, releases
-from scrun_py.slurm.backend import Allocation, JobInfo, Step, StepRequest
+from scrun_py.slurm.backend import Allocation, JobInfo, Step, StepExit, StepRequest
 from scrun_py.slurm.options import JOB_NAME
 from scrun_py.slurm.salloc_holder import SallocHolder, salloc_cwd
+from scrun_py.slurm.stderr_relay import DRAIN_S, StderrRelay
 from scrun_py.threads import Cancel
 
 OLDEST = (22, 5)  # the oldest release supported: no --container-id
@@ -38,10 +39,13 @@ STEP_ID_ATTEMPTS = 20
 
 
 class SrunStep:
-    """The container step: srun, as `Step`."""
+    """The container step: srun, as `Step`; its stderr through `relay` (no terminal)."""
 
-    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], relay: StderrRelay | None) -> None:
         self.proc = proc
+        self._relay = relay
+        self._lock = threading.Lock()
+        self._exit: StepExit | None = None
 
     @property
     def pid(self) -> int:
@@ -51,11 +55,20 @@ class SrunStep:
     def returncode(self) -> int | None:
         return self.proc.returncode
 
-    def wait(self, timeout_s: float | None = None) -> int | None:
+    def wait(self, timeout_s: float | None = None) -> StepExit | None:
         try:
-            return self.proc.wait(timeout_s)
+            returncode = self.proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
             return None
+        with self._lock:
+            if self._exit is None:
+                reason, retry = None, False
+                if self._relay is not None:
+                    self._relay.drain(DRAIN_S)
+                    reason, retry = self._relay.launch_failure, self._relay.transient_failure
+                    self._relay.close()
+                self._exit = StepExit(returncode, reason, retry)
+            return self._exit
 
     def kill(self) -> None:
         self.proc.kill()
@@ -130,6 +143,7 @@ class CliSlurm:
             srun_args=self._srun_args, pty=req.pty,
             container_id_flag=releases.has(version, "--container-id"))
         kwargs: dict[str, object]
+        relay: StderrRelay | None = None
         if req.pty_slave is not None:
             slave = req.pty_slave
 
@@ -140,14 +154,20 @@ class CliSlurm:
             kwargs = {"stdin": slave, "stdout": slave, "stderr": slave,
                       "preexec_fn": make_controlling_tty}
         else:
-            kwargs = {"stdin": req.stdio[0], "stdout": req.stdio[1], "stderr": req.stdio[2]}
+            relay = StderrRelay(req.stdio[2])  # srun's own lines left out
+            kwargs = {"stdin": req.stdio[0], "stdout": req.stdio[1], "stderr": relay.write_fd}
         try:
             # slurmstepd enters srun's directory for the step: the job's, not one the
             # user cannot enter
             kwargs["cwd"] = self._jobs.job_dir or salloc_cwd([])
-            return SrunStep(subprocess.Popen(argv, env=req.env, **kwargs))  # type: ignore[call-overload]
+            proc = subprocess.Popen(argv, env=req.env, **kwargs)  # type: ignore[call-overload]
         except OSError as exc:
+            if relay is not None:
+                relay.close()
             raise StepLaunchFailed(f"cannot run {argv[0]}: {exc.strerror}") from exc
+        if relay is not None:
+            relay.start()
+        return SrunStep(proc, relay)
 
     def step_id(self, job_id: int, alive: Callable[[], bool]) -> int | None:
         for _ in range(STEP_ID_ATTEMPTS):

@@ -19,7 +19,7 @@ from typing import Any
 from scrun_py.anchor.table import FATAL_BY_DEFAULT
 from scrun_py.errors import AllocationFailed
 from scrun_py.hooks.interface import HookContext
-from scrun_py.slurm.backend import Allocation, JobInfo, SlurmBackend, StepRequest
+from scrun_py.slurm.backend import Allocation, JobInfo, SlurmBackend, StepExit, StepRequest
 from scrun_py.threads import Cancel, Cancelled
 
 GATE_TIMEOUT_S = 60.0  # a held call never outlives a test
@@ -37,14 +37,19 @@ class FakeStep:
     def __init__(self) -> None:
         self.pid = 4242
         self.returncode: int | None = None
+        self._why: tuple[str | None, bool] = (None, False)
         self._done = threading.Event()
 
-    def wait(self, timeout_s: float | None = None) -> int | None:
+    def wait(self, timeout_s: float | None = None) -> StepExit | None:
         self._done.wait(timeout_s)
-        return self.returncode
+        return None if self.returncode is None else StepExit(self.returncode, *self._why)
 
-    def exit(self, returncode: int) -> None:
+    def exit(self, returncode: int, not_created: str | None = None,
+             retry: bool = False) -> None:
+        """End the step (`not_created`: as one Slurm never created, `retry` if it may
+        work later)."""
         if self.returncode is None:
+            self._why = (not_created, retry)
             self.returncode = returncode
             self._done.set()
 

@@ -32,6 +32,7 @@ SLURM_JOB_ID=55 exec "$@"
 SRUN = """#!/bin/sh
 if [ "$1" = "--version" ]; then echo "slurm $VERSION"; exit 0; fi
 echo "srun $*" >> "$LOG"
+[ -n "$SRUN_STDERR" ] && printf '%s\n' "$SRUN_STDERR" >&2
 exit "${SRUN_RC:-0}"
 """
 SQUEUE = """#!/bin/sh
@@ -60,7 +61,7 @@ def bin_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("LOG", str(tmp_path / "log"))
     monkeypatch.setenv("VERSION", "22.05.8")
     monkeypatch.setenv("JOB_STATE", "RUNNING")
-    for var in ("SALLOC_FAIL", "SALLOC_HANG", "SRUN_RC"):
+    for var in ("SALLOC_FAIL", "SALLOC_HANG", "SRUN_RC", "SRUN_STDERR"):
         monkeypatch.delenv(var, raising=False)
     return d
 
@@ -154,7 +155,7 @@ class TestStep:
 
         def body() -> None:
             step = backend(bin_dir).launch_step(req)
-            assert 0 == step.wait()
+            assert (0, None, False) == step.wait()
 
         body()
         line = logged(bin_dir)[-1]
@@ -180,7 +181,28 @@ class TestStep:
                     "not from root.path '.'") == str(info.value)
             assert not [line for line in logged(bin_dir) if line.startswith("srun --jobid")]
         else:
-            assert 0 == backend(bin_dir).launch_step(req).wait()
+            assert (0, None, False) == backend(bin_dir).launch_step(req).wait()
+
+    @pytest.mark.parametrize(("line", "rc", "outcome", "passed_on"), [
+        ("srun: error: Unable to create step for job 55: Connection refused", 1,
+         (1, "Connection refused", True), True),
+        ("srun: error: Unable to create step for job 55: Invalid partition", 1,
+         (1, "Invalid partition", False), True),
+        ("srun: error: node1: task 0: Exited with exit code 3", 3, (3, None, False), False),
+        ("an error of the container's", 2, (2, None, False), True),
+    ])
+    def test_outcome_and_stderr(self, bin_dir: Path, tmp_path: Path,
+                                monkeypatch: pytest.MonkeyPatch, line: str, rc: int,
+                                outcome: tuple[int, str | None, bool], passed_on: bool) -> None:
+        """Step.wait() says whether Slurm never created the step (and whether trying
+        again may work); srun's exit report is kept off the container's stderr."""
+        monkeypatch.setenv("SRUN_STDERR", line)
+        monkeypatch.setenv("SRUN_RC", str(rc))
+        with open(tmp_path / "stderr", "w+b") as err:
+            req = StepRequest(job_id=55, container_id="c1", bundle="/b", args=["true"],
+                              env=dict(os.environ), stdio=(0, 1, err.fileno()))
+            assert outcome == tuple(backend(bin_dir).launch_step(req).wait() or ())
+        assert (line + "\n" if passed_on else "") == (tmp_path / "stderr").read_text()
 
     def test_launch_fails(self, tmp_path: Path) -> None:
         req = StepRequest(job_id=1, container_id="c1", bundle="/b", args=["true"], env={})

@@ -21,6 +21,7 @@ from scrun_py.slurm.stderr_filter import LineFilter
 
 _CHUNK = 65536
 CLOSE_WAIT_S = 1.0
+DRAIN_S = 5.0  # after srun exits: what the container wrote last still arrives
 
 
 def _write_all(fd: int, data: bytes) -> None:
