@@ -59,7 +59,7 @@ def _params(verb: str) -> list[click.Parameter]:
     return params
 
 
-def _verb(name: str) -> Callable[[Callable[..., None]], click.Command]:
+def _register_verb(name: str) -> Callable[[Callable[..., None]], click.Command]:
     """Register `fn(inv, container_id?, **opts)` as verb `name` with the table's options."""
 
     def register(fn: Callable[..., None]) -> click.Command:
@@ -109,10 +109,10 @@ def scrun(ctx: click.Context, /, **opts: Any) -> None:
         raise click.UsageError("command not provided")
 
 
-def _run_verb(name: str) -> None:
+def _register_shared_verb(name: str) -> None:
     """Register a verb the click-free path runs too (commands.run_verb)."""
 
-    @_verb(name)
+    @_register_verb(name)
     def _(inv: Invocation, container_id: str, signal: str | None = None,
           **opts: Any) -> None:
         from scrun_py.commands import run_verb
@@ -122,29 +122,29 @@ def _run_verb(name: str) -> None:
 
 
 for _name in cmdline.NO_CLICK_VERBS:
-    _run_verb(_name)
+    _register_shared_verb(_name)
 
 
-@_verb("features")
+@_register_verb("features")
 def _features(inv: Invocation) -> None:
     from scrun_py.commands import features as verb
 
     verb.run()
 
 
-@_verb("doctor")
+@_register_verb("doctor")
 def _doctor(inv: Invocation, as_json: bool) -> None:
     from scrun_py.commands import doctor as verb
 
     verb.run(inv, as_json)
 
 
-@_verb("version")
+@_register_verb("version")
 def _version(inv: Invocation) -> None:
     click.echo(VERSION_TEXT)
 
 
-@_verb("run")
+@_register_verb("run")
 def _run(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | None,
          console_socket: str | None, detach: bool, keep: bool, **_ignored: Any) -> None:
     from scrun_py.commands import run as verb

@@ -37,34 +37,35 @@ ANCHOR_EXIT_WAIT_S = 15.0
 
 
 def run(inv: Invocation, container_id: str, force: bool) -> None:
-    box = Container(inv.root_dir, container_id)
+    container = Container(inv.root_dir, container_id)
     try:
-        record = box.record()
+        record = container.record()
     except ContainerNotFound:
-        if os.path.isdir(box.dir) and not os.path.exists(os.path.join(box.dir, SOCKET_NAME)):
-            remove_tree(box.dir)
+        half_created = not os.path.exists(os.path.join(container.dir, SOCKET_NAME))
+        if os.path.isdir(container.dir) and half_created:
+            remove_tree(container.dir)
             return
         if force:
             return
         raise
-    _check_owner(box)
-    status = box.status(record)
+    _check_owner(container)
+    status = container.status(record)
     if status != STOPPED:
         # The anchor decides from its own phase (state.json may lag behind it): without
         # --force it refuses a running container with runc's words, and kills and
         # deletes a created one, as runc does.
         try:
-            box.request("delete", None, force=force)
+            container.request("delete", None, force=force)
         except AnchorUnreachable:
             pass
         _wait_anchor_exit(record)
-        if not force and status == RUNNING and box.anchor_alive(record):
+        if not force and status == RUNNING and container.anchor_alive(record):
             raise ContainerStillRunning(container_id)  # alive, yet it does not answer
     else:
         _clean_after_dead_anchor(record)
     if record.pid_file and record.anchor_pid:
         remove_pid_file(record.pid_file, record.anchor_pid)
-    remove_tree(box.dir)
+    remove_tree(container.dir)
     audit(inv, "delete", container_id=container_id, job_id=record.job_id or None,
           bundle=record.bundle, force=force)
 
@@ -81,11 +82,11 @@ def run_matching(inv: Invocation, pattern: str, force: bool) -> None:
             inv.note("warning", f"delete {container_id}: {exc}", container_id=container_id)
 
 
-def _check_owner(box: Container) -> None:
+def _check_owner(container: Container) -> None:
     """delete acts on what state.json records (scancel of its job, removal of its pid
     file): only on a record in a directory of the caller's that nobody else can write."""
-    for path, what in ((box.dir, "container directory"),
-                       (box.state_file, "container state file")):
+    for path, what in ((container.dir, "container directory"),
+                       (container.state_file, "container state file")):
         try:
             owner = os.stat(path).st_uid
         except OSError:

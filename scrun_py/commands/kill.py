@@ -18,12 +18,12 @@ if TYPE_CHECKING:
 
 def run(inv: Invocation, container_id: str, signal: str | None) -> None:
     sig = parse_signal(signal or "TERM")
-    box = Container(inv.root_dir, container_id)
-    record = box.record()
-    if box.status(record) == STOPPED:
+    container = Container(inv.root_dir, container_id)
+    record = container.record()
+    if container.status(record) == STOPPED:
         raise ContainerNotRunning()
     try:
-        box.request("kill", KILL_TIMEOUT_S, signal=sig)
+        container.request("kill", KILL_TIMEOUT_S, signal=sig)
     except AnchorUnreachable as exc:
         raise ContainerNotRunning() from exc
     audit(inv, "kill", container_id=container_id, job_id=record.job_id or None,

@@ -15,15 +15,15 @@ HAS_STOPPED = "cannot start a container that has stopped"
 
 
 def run(inv: Invocation, container_id: str) -> None:
-    box = Container(inv.root_dir, container_id)
-    record = box.record()
-    status = box.status(record)
+    container = Container(inv.root_dir, container_id)
+    record = container.record()
+    status = container.status(record)
     if status == STOPPED:
         raise ScrunError(HAS_STOPPED)
     if status == RUNNING:
         raise ScrunError("cannot start an already running container")
     try:
-        box.request("start", START_TIMEOUT_S)
+        container.request("start", START_TIMEOUT_S)
     except AnchorUnreachable as exc:
         raise ScrunError(HAS_STOPPED) from exc
     audit(inv, "start", container_id=container_id, job_id=record.job_id or None,
