@@ -448,3 +448,15 @@ class TestConsoleScript:
         out = capsys.readouterr().out
         if argv[-1] == "c1":
             assert "stopped" == json.loads(out)["status"]
+
+
+def test_default_levels_log_no_debug() -> None:
+    """Invocation.note skips a debug record without resolving the levels when no
+    diagnostics setting was given: the default levels must indeed log none."""
+    from scrun_py import flags
+    from scrun_py.settings import Invocation
+
+    debug = flags.level("debug").number
+    assert all(flags.level(word).number > debug for word in flags.DEFAULT_LEVELS.values())
+    inv = Invocation.resolve(root="/r", environ={})
+    assert all(level > debug for level in inv.levels)
