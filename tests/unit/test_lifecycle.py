@@ -15,7 +15,7 @@ import pytest
 from scrun_py import procs
 from scrun_py.anchor import job as job_mod
 from scrun_py.anchor import lifecycle
-from scrun_py.anchor.lifecycle import Ev
+from scrun_py.anchor.lifecycle import Occurrence
 from scrun_py.anchor.table import TABLE, Event, Phase
 from scrun_py.errors import (
     AllocationFailed,
@@ -63,7 +63,7 @@ class TestTable:
         def body() -> None:
             h = Harness(tmp_path)
             h.created()
-            assert (None, None) == h.lc.fire(Ev(Event.LAUNCHED))
+            assert (None, None) == h.lc.fire(Occurrence(Event.LAUNCHED))
             assert Phase.CREATED is h.lc.phase
             h.finish()
 
