@@ -52,6 +52,14 @@ class ContainerStillRunning(ScrunError):
                          if container_id else "container still running")
 
 
+class CannotStart(ScrunError):
+    """`start` of a container that is not created (runc's words for each state)."""
+
+    STOPPED = "cannot start a container that has stopped"
+    RUNNING = "cannot start an already running container"
+    CREATING = "cannot start a container that is still being created"
+
+
 class NotSupported(ScrunError):
     def __init__(self, verb: str) -> None:
         super().__init__(f"{verb} is not supported by scrun-py")
@@ -124,7 +132,7 @@ def error_kind(err: BaseException) -> str:
 def rebuild(kind: str, message: str) -> ScrunError:
     """Turn a (kind, message) pair from the anchor back into the same class."""
     registry = _register(
-        ScrunError, ContainerExists, InvalidContainerId, ContainerNotFound,
+        ScrunError, ContainerExists, InvalidContainerId, ContainerNotFound, CannotStart,
         ContainerNotRunning, ContainerStillRunning, NotSupported, ConfigError, OciConfError,
         BundleError, PolicyViolation, HookError, AnchorError,
         AnchorUnreachable, AnchorStartupFailed, ProtocolError, PermissionDenied,

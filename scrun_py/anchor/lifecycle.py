@@ -28,7 +28,7 @@ from scrun_py import procs, spool, threads
 from scrun_py.anchor.container import Container
 from scrun_py.anchor.job import Job
 from scrun_py.anchor.table import TABLE, Action, Event, Phase, Transition, kill_event
-from scrun_py.errors import ContainerNotRunning, ContainerStillRunning, ScrunError
+from scrun_py.errors import CannotStart, ContainerNotRunning, ContainerStillRunning, ScrunError
 from scrun_py.slurm.backend import Allocation, SlurmBackend, Step
 from scrun_py.slurm.options import JobOptions
 from scrun_py.status import Status
@@ -56,9 +56,9 @@ class Occurrence(NamedTuple):
 
 _REFUSALS: dict[Action, Callable[[str], ScrunError]] = {
     Action.REFUSE_START_CREATING:
-        lambda _id: ScrunError("cannot start a container that is still being created"),
+        lambda _id: CannotStart(CannotStart.CREATING),
     Action.REFUSE_START_STOPPED:
-        lambda _id: ScrunError("cannot start a container that has stopped"),
+        lambda _id: CannotStart(CannotStart.STOPPED),
     Action.REFUSE_DELETE_RUNNING: ContainerStillRunning,
     Action.REFUSE_NOT_RUNNING: lambda _id: ContainerNotRunning(),
 }

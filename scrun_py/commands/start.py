@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from scrun_py.commands import audit
 from scrun_py.container import START_TIMEOUT_S, Container
-from scrun_py.errors import AnchorUnreachable, ScrunError
+from scrun_py.errors import AnchorUnreachable, CannotStart
 from scrun_py.layout import RUNNING, STOPPED
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from scrun_py.settings import Invocation
 
-HAS_STOPPED = "cannot start a container that has stopped"
 
 
 def run(inv: Invocation, container_id: str) -> None:
@@ -19,12 +18,12 @@ def run(inv: Invocation, container_id: str) -> None:
     record = container.record()
     status = container.status(record)
     if status == STOPPED:
-        raise ScrunError(HAS_STOPPED)
+        raise CannotStart(CannotStart.STOPPED)
     if status == RUNNING:
-        raise ScrunError("cannot start an already running container")
+        raise CannotStart(CannotStart.RUNNING)
     try:
         container.request("start", START_TIMEOUT_S)
     except AnchorUnreachable as exc:
-        raise ScrunError(HAS_STOPPED) from exc
+        raise CannotStart(CannotStart.STOPPED) from exc
     audit(inv, "start", container_id=container_id, job_id=record.job_id or None,
           bundle=record.bundle)
