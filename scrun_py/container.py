@@ -27,7 +27,7 @@ START_TIMEOUT_S = 600.0
 KILL_TIMEOUT_S = 120.0
 CONNECT_TIMEOUT_S = 5.0
 MAX_ID_LEN = 1024
-# runc libcontainer: ^[\w+-\.]+$ (ASCII); "." and ".." are path components, not ids.
+# the ids runc accepts, ^[\w+-\.]+$ in ASCII; "." and ".." are path components, not ids.
 ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_+.-")
 NOT_OWNER = "permission denied: container belongs to another user"
 
