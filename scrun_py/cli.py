@@ -1,23 +1,22 @@
 """The click layer: global options before the verb, one thin function per verb.
 
 Every option comes from the table in flags.py (runc's, crun's and Slurm's scrun's);
-the ones that have no meaning for a Slurm job are accepted and logged at debug.
-`main()` owns the single fatal path: one line on stderr, one error record in --log.
+the ones that have no meaning for a Slurm job are accepted and logged at debug
+(cmdline.apply_table).  The verbs cmdline.py also parses run through the same
+commands.run_verb; every failure ends in cmdline.fatal, as on the click-free path.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, NoReturn
 
 import click
 
-from scrun_py import flags, version_text
-from scrun_py.errors import NotSupported, ScrunError
-from scrun_py.logs import fatal_record
-from scrun_py.settings import Invocation, log_file
+from scrun_py import cmdline, flags, version_text
+from scrun_py.errors import NotSupported
+from scrun_py.settings import Invocation
 
 VERSION_TEXT = version_text()
 UNSUPPORTED = tuple(v.name for v in flags.VERBS if not v.supported)
@@ -60,27 +59,7 @@ def _params(verb: str) -> list[click.Parameter]:
     return params
 
 
-def _apply_table(inv: Invocation, verb: str, given: dict[str, Any]) -> None:
-    """Log each ignored flag that was given; refuse a default-only flag set otherwise."""
-    for flag in flags.verb_flags(verb):
-        value = given.get(flag.dest)
-        default: Any = int(flag.default) if flag.kind == "int" and flag.default else \
-            flag.default
-        if value in (None, False, default):
-            continue
-        where = f"{verb} " if verb else ""
-        if flag.effect == "ignored":
-            inv.note("debug", f"{where}{flag.names[-1]} ignored", flag=flag.names[-1],
-                     value=value)
-        elif flag.effect == "default-only":
-            raise click.UsageError(f"{where}{flag.names[-1]} {value}: only {flag.default} "
-                                   "is supported")
-    if given.get("preserve_fds"):
-        inv.note("warning", f"{verb} --preserve-fds {given['preserve_fds']} ignored: file "
-                 "descriptors cannot follow the container to a compute node")
-
-
-def _verb(name: str) -> Callable[[Callable[..., None]], click.Command]:
+def _register_verb(name: str) -> Callable[[Callable[..., None]], click.Command]:
     """Register `fn(inv, container_id?, **opts)` as verb `name` with the table's options."""
 
     def register(fn: Callable[..., None]) -> click.Command:
@@ -93,7 +72,7 @@ def _verb(name: str) -> Callable[[Callable[..., None]], click.Command]:
 
         @click.pass_obj
         def callback(inv: Invocation, /, **opts: Any) -> None:
-            _apply_table(inv, name, opts)
+            cmdline.apply_table(inv, name, opts)
             fn(inv, **opts)
 
         cmd = click.Command(name, callback=callback, params=params, help=info.help,
@@ -122,7 +101,7 @@ def scrun(ctx: click.Context, /, **opts: Any) -> None:
         root=opts["root"], log_path=opts["log_path"], log_format=opts["log_format"],
         debug=opts["debug"], verbosity=opts["verbosity"], slurm_conf=opts["slurm_conf"],
         log_level=opts["log_level"])
-    _apply_table(inv, "", opts)
+    cmdline.apply_table(inv, "", opts)
     if ctx.invoked_subcommand is None:
         if opts["verbosity"]:
             click.echo(VERSION_TEXT)
@@ -130,69 +109,42 @@ def scrun(ctx: click.Context, /, **opts: Any) -> None:
         raise click.UsageError("command not provided")
 
 
-@_verb("create")
-def _create(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | None,
-            console_socket: str | None, **_ignored: Any) -> None:
-    from scrun_py.commands import create as verb
+def _register_shared_verb(name: str) -> None:
+    """Register a verb the click-free path runs too (commands.run_verb)."""
 
-    verb.run(inv, container_id, bundle, pid_file, console_socket)
+    @_register_verb(name)
+    def _(inv: Invocation, container_id: str, signal: str | None = None,
+          **opts: Any) -> None:
+        from scrun_py.commands import run_verb
 
-
-@_verb("start")
-def _start(inv: Invocation, container_id: str) -> None:
-    from scrun_py.commands import start as verb
-
-    verb.run(inv, container_id)
+        run_verb(inv, name, [container_id] if signal is None else [container_id, signal],
+                 opts)
 
 
-@_verb("state")
-def _state(inv: Invocation, container_id: str) -> None:
-    from scrun_py.commands import state as verb
-
-    verb.run(inv, container_id)
+for _name in cmdline.NO_CLICK_VERBS:
+    _register_shared_verb(_name)
 
 
-@_verb("kill")
-def _kill(inv: Invocation, container_id: str, signal: str | None, regex: bool,
-          **_ignored: Any) -> None:
-    from scrun_py.commands import kill as verb
-
-    if regex:
-        verb.run_matching(inv, container_id, signal)
-    else:
-        verb.run(inv, container_id, signal)
-
-
-@_verb("delete")
-def _delete(inv: Invocation, container_id: str, force: bool, regex: bool) -> None:
-    from scrun_py.commands import delete as verb
-
-    if regex:
-        verb.run_matching(inv, container_id, force)
-    else:
-        verb.run(inv, container_id, force)
-
-
-@_verb("features")
+@_register_verb("features")
 def _features(inv: Invocation) -> None:
     from scrun_py.commands import features as verb
 
     verb.run()
 
 
-@_verb("doctor")
+@_register_verb("doctor")
 def _doctor(inv: Invocation, as_json: bool) -> None:
     from scrun_py.commands import doctor as verb
 
     verb.run(inv, as_json)
 
 
-@_verb("version")
+@_register_verb("version")
 def _version(inv: Invocation) -> None:
     click.echo(VERSION_TEXT)
 
 
-@_verb("run")
+@_register_verb("run")
 def _run(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | None,
          console_socket: str | None, detach: bool, keep: bool, **_ignored: Any) -> None:
     from scrun_py.commands import run as verb
@@ -224,44 +176,21 @@ def _normalize(argv: list[str]) -> list[str]:
     return out
 
 
-def _log_target(argv: list[str]) -> tuple[Path | None, str]:
-    """--log/--log-format as given, for the fatal path even when parsing failed."""
-    log_path: Path | None = None
-    fmt = "text"
-    for i, word in enumerate(argv):
-        if word in ("--log", "--log-format") and i + 1 < len(argv):
-            name, value = word, argv[i + 1]
-        elif word.startswith(("--log=", "--log-format=")):
-            name, _, value = word.partition("=")
-        else:
-            continue
-        if name == "--log":
-            log_path = log_file(value)
-        elif value in ("text", "json"):
-            fmt = value
-    return log_path, fmt
-
-
 def main(argv: list[str] | None = None) -> NoReturn:
     args = _normalize(list(sys.argv[1:] if argv is None else argv))
     try:
-        scrun.main(args=args, prog_name=PROG, standalone_mode=False)
+        # not scrun.main(): it turns Ctrl-C into click.Abort, where the click-free
+        # entry says `interrupted` (cmdline.fail)
+        with scrun.make_context(PROG, list(args)) as ctx:  # click consumes the list
+            scrun.invoke(ctx)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
-    except click.Abort:
-        _fatal(args, "aborted", 1)
     except click.ClickException as exc:
         _fatal(args, exc.format_message(), exc.exit_code)
-    except ScrunError as exc:
-        _fatal(args, str(exc), exc.exit_code)
-    except KeyboardInterrupt:
-        _fatal(args, "interrupted", 130)
-    except Exception as exc:  # never a bare traceback as the only output
-        _fatal(args, f"internal error: {exc!r}", 1)
+    except BaseException as exc:
+        sys.exit(cmdline.fail(args, exc))
     sys.exit(0)
 
 
 def _fatal(args: list[str], msg: str, code: int) -> NoReturn:
-    log_path, fmt = _log_target(args)
-    fatal_record(msg, log_path, fmt)
-    sys.exit(code)
+    sys.exit(cmdline.fatal(args, msg, code))

@@ -175,7 +175,7 @@ class Doctor:
 
     def scrun_lua(self) -> Check:
         from scrun_py import site_conf, trust
-        from scrun_py.hooks.lua import NoHooks, load_hooks
+        from scrun_py.hooks.interface import NoHooks, load_hooks
 
         site: site_conf.SiteConf | None = None
         try:  # where create looks (a broken site file is the scrun-py.toml check's)

@@ -6,13 +6,21 @@ containerd or podman match on, we use runc's exact words.
 
 from __future__ import annotations
 
-from typing import ClassVar
+TYPE_CHECKING = False  # every verb imports this module: typing only for mypy
+if TYPE_CHECKING:
+    from typing import ClassVar
 
 
 class ScrunError(Exception):
     """Base class: ``str(err)`` is the one-line message shown to the user."""
 
     exit_code: ClassVar[int] = 1
+
+
+class UsageError(ScrunError):
+    """A command line that names a value scrun-py does not take (click's exit status)."""
+
+    exit_code: ClassVar[int] = 2
 
 
 class ContainerExists(ScrunError):
@@ -42,6 +50,14 @@ class ContainerStillRunning(ScrunError):
     def __init__(self, container_id: str = "") -> None:
         super().__init__(f"cannot delete container {container_id} that is not stopped: running"
                          if container_id else "container still running")
+
+
+class CannotStart(ScrunError):
+    """`start` of a container that is not created (runc's words for each state)."""
+
+    STOPPED = "cannot start a container that has stopped"
+    RUNNING = "cannot start an already running container"
+    CREATING = "cannot start a container that is still being created"
 
 
 class NotSupported(ScrunError):
@@ -116,7 +132,7 @@ def error_kind(err: BaseException) -> str:
 def rebuild(kind: str, message: str) -> ScrunError:
     """Turn a (kind, message) pair from the anchor back into the same class."""
     registry = _register(
-        ScrunError, ContainerExists, InvalidContainerId, ContainerNotFound,
+        ScrunError, ContainerExists, InvalidContainerId, ContainerNotFound, CannotStart,
         ContainerNotRunning, ContainerStillRunning, NotSupported, ConfigError, OciConfError,
         BundleError, PolicyViolation, HookError, AnchorError,
         AnchorUnreachable, AnchorStartupFailed, ProtocolError, PermissionDenied,

@@ -3,12 +3,10 @@ running a short command.  Every caller in scrun-py goes through these."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 
-# `state` imports this module: nothing here imports typing or dataclasses until it is
-# used (mypy reads this name as typing's)
+# `state` imports this module: nothing here imports typing, dataclasses, signal (its
+# enums) or contextlib until it is used (mypy reads this name as typing's)
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -92,8 +90,11 @@ def comm(pid: int) -> str:
 
 def set_comm(name: str) -> None:
     """Name this process in ps/top (15 bytes at most)."""
-    with contextlib.suppress(OSError), open("/proc/self/comm", "w") as fh:
-        fh.write(name[:15])
+    try:
+        with open("/proc/self/comm", "w") as fh:
+            fh.write(name[:15])
+    except OSError:
+        pass
 
 
 def _id_map(kind: str) -> list[tuple[int, int, int]]:
@@ -171,8 +172,12 @@ def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
     try:
         out, _ = proc.communicate(stdin, timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
+        import signal
+
+        try:
             os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         out, _ = proc.communicate()
         return Result(TIMEOUT_STATUS, out, timed_out=True)
     return Result(exit_code(proc.returncode), out)

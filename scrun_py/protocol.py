@@ -1,19 +1,26 @@
 """Control-socket messages between CLI commands and the anchor, and their framing.
 
 One newline-terminated JSON object per direction per connection, with `"v": 1`
-and a `"type"` (requests) or `"ok"` (replies).  Pure: no sockets here.
+and a `"type"` (requests) or `"ok"` (replies).  Pure: no sockets here.  Imported by
+`start`, `kill` and `delete` on their way to the anchor: nothing here imports json or
+typing.
 """
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
+from scrun_py import fastjson
 from scrun_py.errors import ProtocolError, ScrunError, error_kind
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Protocol
+else:
+    Protocol = object
 
 VERSION = 1
 MAX_MESSAGE = 64 * 1024
-REQUEST_TYPES = frozenset({"state", "start", "kill", "delete"})
+TOO_LARGE = "message too large"
+REQUEST_TYPES = frozenset({"start", "kill", "delete"})
 
 
 def encode_request(kind: str, **fields: Any) -> bytes:
@@ -31,17 +38,17 @@ def encode_error(err: BaseException) -> bytes:
 
 
 def _encode(obj: dict[str, Any]) -> bytes:
-    data = json.dumps(obj, separators=(",", ":")).encode() + b"\n"
+    data = fastjson.dumps(obj).encode() + b"\n"
     if len(data) > MAX_MESSAGE:
-        raise ProtocolError("message too large")
+        raise ProtocolError(TOO_LARGE)
     return data
 
 
 def decode(line: bytes) -> dict[str, Any]:
     if len(line) > MAX_MESSAGE:
-        raise ProtocolError("message too large")
+        raise ProtocolError(TOO_LARGE)
     try:
-        obj = json.loads(line)
+        obj = fastjson.loads(line)
     except (ValueError, RecursionError) as exc:  # RecursionError: "[[[[…" nested too deep
         raise ProtocolError("malformed control message") from exc
     # type() check: JSON `true` and `1.0` compare equal to 1 but are not version 1.
@@ -56,6 +63,24 @@ def decode_request(line: bytes) -> dict[str, Any]:
     if not isinstance(obj.get("type"), str) or obj["type"] not in REQUEST_TYPES:
         raise ProtocolError(f"unknown request type {obj.get('type')!r}")
     return obj
+
+
+class _Readable(Protocol):
+    def recv(self, bufsize: int, /) -> bytes: ...
+
+
+def read_line(conn: _Readable, limit: int = MAX_MESSAGE) -> bytes:
+    """One message line from a connected socket (what arrived before EOF if it has no
+    newline); ProtocolError past `limit` bytes."""
+    buf = b""
+    while not buf.endswith(b"\n"):
+        chunk = conn.recv(limit + 1 - len(buf))
+        if not chunk:
+            break
+        buf += chunk
+        if len(buf) > limit:
+            raise ProtocolError(TOO_LARGE)
+    return buf
 
 
 def reply_or_raise(obj: dict[str, Any]) -> dict[str, Any]:

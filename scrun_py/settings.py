@@ -1,63 +1,122 @@
-"""Resolved global options of one invocation.  No I/O beyond reading the environment."""
+"""Resolved global options of one invocation.  No I/O beyond reading the environment.
+
+`state`, `start`, `kill` and `delete` build an Invocation on every call: this module
+imports os alone (paths are kept as strings; Path, flags and logs are imported when
+a caller asks for them).
+"""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
-from scrun_py import flags
-from scrun_py.site_conf import DEFAULT_SLURM_CONF
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from pathlib import Path
+    from typing import Any
 
-__all__ = ["DEFAULT_SLURM_CONF", "Invocation", "default_root", "log_file"]
+__all__ = ["Invocation", "default_root", "log_file", "log_file_name"]
 
 
-@dataclass(frozen=True)
+def _path(name: str) -> Path:
+    from pathlib import Path
+
+    return Path(name)
+
+
+def _default_levels() -> tuple[int, int, int]:
+    from scrun_py import flags
+
+    return (flags.level(flags.DEFAULT_LEVELS["stderr"]).number,
+            flags.level(flags.DEFAULT_LEVELS["file"]).number,
+            flags.level(flags.DEFAULT_LEVELS["syslog"]).number)
+
+
 class Invocation:
-    """Global options, resolved once by the CLI group and passed to every verb."""
+    """Global options, resolved once (by the click group or the click-free entry) and
+    passed to every verb.  Immutable; paths absolute, kept as strings."""
 
-    root: Path
-    log_path: Path | None = None
-    log_format: str = "text"
-    debug: bool = False
-    verbosity: int = 0
-    slurm_conf: Path | None = None
-    log_level: str | None = None
-    # stderr, --log file and syslog levels of this process (logs.env_levels)
-    levels: tuple[int, int, int] = (flags.level(flags.DEFAULT_LEVELS["stderr"]).number,
-                                    flags.level(flags.DEFAULT_LEVELS["file"]).number,
-                                    flags.level(flags.DEFAULT_LEVELS["syslog"]).number)
+    __slots__ = ("_levels", "debug", "log_format", "log_level", "log_name", "root_dir",
+                 "slurm_conf_name", "verbosity")
+    root_dir: str
+    log_name: str | None
+    log_format: str
+    debug: bool
+    verbosity: int
+    slurm_conf_name: str | None
+    log_level: str | None
+    _levels: tuple[int, int, int] | None
+
+    def __init__(self, *, root_dir: str, log_name: str | None = None,
+                 log_format: str = "text", debug: bool = False, verbosity: int = 0,
+                 slurm_conf_name: str | None = None, log_level: str | None = None,
+                 levels: tuple[int, int, int] | None = None) -> None:
+        set_ = object.__setattr__
+        set_(self, "root_dir", root_dir)
+        set_(self, "log_name", log_name)
+        set_(self, "log_format", log_format)
+        set_(self, "debug", debug)
+        set_(self, "verbosity", verbosity)
+        set_(self, "slurm_conf_name", slurm_conf_name)
+        set_(self, "log_level", log_level)
+        set_(self, "_levels", levels)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"Invocation is immutable ({name})")
 
     @classmethod
     def resolve(cls, *, root: str | Path | None, log_path: str | Path | None = None,
                 log_format: str = "text", debug: bool = False, verbosity: int = 0,
                 slurm_conf: str | Path | None = None, log_level: str | None = None,
                 environ: Mapping[str, str] | None = None) -> Invocation:
-        """Global options as given on the command line → absolute paths and defaults
-        (one place for the click group and the click-free fast path).
+        """Global options as given on the command line → absolute paths and defaults.
 
         The diagnostics levels come from SCRUN_*DEBUG, --log-level, --debug and -v; a
-        bad level word is a ConfigError naming its source.
+        bad level word is a ConfigError naming its source.  Without any of them the
+        defaults apply, looked up when first needed.
         """
-        from scrun_py.errors import ConfigError
-        from scrun_py.logs import env_levels
+        log_name = log_file_name(log_path)
+        if log_path is not None and log_name is None:
+            from scrun_py.errors import ConfigError
 
-        if log_path is not None and log_file(log_path) is None:
             raise ConfigError(f"--log {log_path}: only a file ([file:]PATH) is supported; "
                               "for syslog use SCRUN_SYSLOG_DEBUG")
-        lv = env_levels(os.environ if environ is None else environ, debug=debug,
-                        verbosity=verbosity, log_level=log_level)
-        return cls(root=Path(os.path.abspath(root)) if root is not None else default_root(),
-                   log_path=log_file(log_path),
-                   log_format=log_format, debug=debug, verbosity=verbosity,
-                   slurm_conf=(Path(os.path.abspath(slurm_conf)) if slurm_conf is not None
-                               else None),
-                   log_level=log_level, levels=(lv["stderr"], lv["file"], lv["syslog"]))
+        env = os.environ if environ is None else environ
+        levels = None
+        if debug or verbosity or log_level is not None or any(
+                k.startswith("SCRUN_") and k.endswith("DEBUG") for k in env):
+            from scrun_py.logs import env_levels
+
+            lv = env_levels(env, debug=debug, verbosity=verbosity, log_level=log_level)
+            levels = (lv["stderr"], lv["file"], lv["syslog"])
+        return cls(root_dir=(os.path.abspath(root) if root is not None
+                             else str(default_root())),
+                   log_name=log_name, log_format=log_format, debug=debug, verbosity=verbosity,
+                   slurm_conf_name=(os.path.abspath(slurm_conf) if slurm_conf is not None
+                                    else None),
+                   log_level=log_level, levels=levels)
+
+    @property
+    def root(self) -> Path:
+        return _path(self.root_dir)
+
+    @property
+    def log_path(self) -> Path | None:
+        return None if self.log_name is None else _path(self.log_name)
+
+    @property
+    def slurm_conf(self) -> Path | None:
+        return None if self.slurm_conf_name is None else _path(self.slurm_conf_name)
+
+    @property
+    def levels(self) -> tuple[int, int, int]:
+        """stderr, --log file and syslog levels of this process (logs.env_levels)."""
+        return self._levels if self._levels is not None else _default_levels()
 
     def note(self, word: str, msg: str, **fields: Any) -> None:
         """Log one record at level `word` from a short-lived command (no structlog)."""
+        if word == "debug" and self._levels is None:
+            return  # the default levels log nothing below info (the unit tests check)
         from scrun_py.logs import Sinks
 
         stderr, file, syslog = self.levels
@@ -66,24 +125,35 @@ class Invocation:
         if sinks.enabled(word):
             sinks.emit(word, msg, fields)
 
+    def slurm_conf_file(self) -> str:
+        """The slurm.conf in use: -f, else $SLURM_CONF, else the system's."""
+        if self.slurm_conf_name is not None:
+            return self.slurm_conf_name
+        from scrun_py import layout
+
+        return os.environ.get("SLURM_CONF") or layout.DEFAULT_SLURM_CONF
+
     def slurm_conf_path(self) -> Path:
-        if self.slurm_conf is not None:
-            return self.slurm_conf
-        env = os.environ.get("SLURM_CONF")
-        return Path(env) if env else DEFAULT_SLURM_CONF
+        return _path(self.slurm_conf_file())
 
 
-def log_file(value: str | Path | None) -> Path | None:
+def log_file_name(value: str | Path | None) -> str | None:
     """The file of `--log`: a path, or crun's `file:PATH`; None for crun's other
     destinations (`syslog:ID`, `journald:ID`) and for no --log."""
     if value is None:
         return None
     text = str(value)
     if text.startswith("file:"):
-        return Path(text.removeprefix("file:"))
+        return text.removeprefix("file:")
     if text.startswith(("syslog:", "journald:")):
         return None
-    return Path(text)
+    return text
+
+
+def log_file(value: str | Path | None) -> Path | None:
+    """log_file_name as a Path."""
+    name = log_file_name(value)
+    return None if name is None else _path(name)
 
 
 def default_root(environ: dict[str, str] | None = None, uid: int | None = None) -> Path:
@@ -92,6 +162,8 @@ def default_root(environ: dict[str, str] | None = None, uid: int | None = None) 
     Slurm's scrun documents `/run/user/<uid>/scrun/` but uses the bare runtime
     dir ($XDG_RUNTIME_DIR itself); we use the documented `scrun` sub-directory.
     """
+    from pathlib import Path
+
     env = os.environ if environ is None else environ
     uid = os.getuid() if uid is None else uid
     xdg = env.get("XDG_RUNTIME_DIR")

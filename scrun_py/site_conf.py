@@ -17,13 +17,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from scrun_py import layout
 from scrun_py.errors import ConfigError
+from scrun_py.layout import SITE_FILE
 
-# The system's slurm.conf (settings.DEFAULT_SLURM_CONF): where Slurm's commands look
-# when neither -f nor SLURM_CONF names another
-DEFAULT_SLURM_CONF = Path("/etc/slurm/slurm.conf")
-
-SITE_FILE = "scrun-py.toml"
 SECTIONS = ("audit", "policy", "trust")
 TRUST_KEYS = ("site_files", "lua_override", "container_env")  # scrun_py.trust
 
@@ -61,7 +58,7 @@ def site_file(slurm_conf: Path) -> Path:
 def system_file() -> Path:
     """The site file next to the system's slurm.conf: a caller's -f or SLURM_CONF
     does not move it."""
-    return site_file(DEFAULT_SLURM_CONF)
+    return site_file(Path(layout.DEFAULT_SLURM_CONF))
 
 
 def _read(path: Path) -> dict[str, Any] | None:

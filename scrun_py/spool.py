@@ -14,26 +14,12 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
-from scrun_py.errors import InvalidContainerId, ScrunError
+from scrun_py import container
+from scrun_py.container import validate_id
+from scrun_py.errors import ScrunError
+from scrun_py.layout import SOCKET_NAME, STATE_FILE
 
-STATE_FILE = "state.json"
-SOCKET_NAME = "anchor.sock"
-MAX_ID_LEN = 1024
-# runc libcontainer: ^[\w+-\.]+$ ; "." and ".." are path components, not ids.
-_ID_RE = re.compile(r"^[\w+.-]+$", re.ASCII)
-
-
-def validate_id(container_id: str) -> str:
-    if not container_id:
-        raise InvalidContainerId("empty")
-    # surrogateescape: undecodable argv bytes arrive as lone surrogates (PEP 383).
-    if len(container_id) > MAX_ID_LEN or len(container_id.encode(errors="surrogateescape")) > 255:
-        raise InvalidContainerId("too long")
-    # fullmatch: with match(), `$` also matches before a trailing newline ("c1\n").
-    if container_id in (".", "..") or not _ID_RE.fullmatch(container_id):
-        raise InvalidContainerId("only letters, digits, '_', '+', '-' and '.' are allowed")
-    return container_id
-
+__all__ = ["SOCKET_NAME", "STATE_FILE", "check_private", "validate_id"]
 
 def matching_ids(root: Path, pattern: str) -> list[str]:
     """Ids of the containers under `root` that the regular expression `pattern` matches
@@ -48,8 +34,15 @@ def matching_ids(root: Path, pattern: str) -> list[str]:
         return []
     except OSError as exc:
         raise ScrunError(f"cannot list {root}: {exc.strerror}") from None
-    return sorted(n for n in names if _ID_RE.fullmatch(n) and n not in (".", "..")
-                  and regex.search(n))
+    return sorted(n for n in names if _is_id(n) and regex.search(n))
+
+
+def _is_id(name: str) -> bool:
+    try:
+        validate_id(name)
+    except ScrunError:
+        return False
+    return True
 
 
 def container_dir(root: Path, container_id: str) -> Path:
@@ -73,19 +66,7 @@ def ensure_root(root: Path) -> None:
 
 
 def check_private(path: Path, what: str) -> None:
-    """`path` (symlinks followed) must belong to the caller (its effective
-    uid) and be writable by nobody else; ScrunError naming the owner or the mode."""
-    try:
-        st = os.stat(path)
-    except OSError as exc:
-        raise ScrunError(f"{what} {path}: {exc.strerror}") from exc
-    euid = os.geteuid()
-    if st.st_uid != euid:
-        raise ScrunError(f"{what} {path} belongs to uid {st.st_uid}, not to uid {euid}: "
-                         "refusing it (another user may have created it)")
-    if st.st_mode & 0o022:
-        raise ScrunError(f"{what} {path} is writable by other users "
-                         f"(mode {st.st_mode & 0o7777:04o}): refusing it")
+    container.check_private(str(path), what)
 
 
 def make_container_dir(root: Path, container_id: str) -> Path:
@@ -138,10 +119,7 @@ def write_pid_file(path: Path, pid: int) -> None:
 
 
 def remove_pid_file(path: Path, pid: int) -> None:
-    """Remove the pid file only if it still names `pid` (never someone else's)."""
-    with contextlib.suppress(OSError):
-        if path.read_bytes().strip() == str(pid).encode():
-            path.unlink()
+    container.remove_pid_file(str(path), pid)
 
 
 @contextlib.contextmanager
@@ -155,19 +133,6 @@ def dir_fd(path: Path) -> Iterator[int]:
 
 def short_address(fd: int, name: str = SOCKET_NAME) -> str:
     return f"/proc/self/fd/{fd}/{name}"
-
-
-def connect(path: Path, timeout_s: float) -> socket.socket:
-    """Connect to the anchor socket in directory `path` (any length)."""
-    with dir_fd(path) as fd:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-        sock.settimeout(timeout_s)
-        try:
-            sock.connect(short_address(fd))
-        except OSError:
-            sock.close()
-            raise
-        return sock
 
 
 def bind(path: Path) -> socket.socket:
@@ -187,7 +152,4 @@ def bind(path: Path) -> socket.socket:
 
 
 def remove_tree(path: Path) -> None:
-    """Remove a container dir and what we put in it; tolerate it being gone."""
-    import shutil
-
-    shutil.rmtree(path, ignore_errors=True)
+    container.remove_tree(str(path))

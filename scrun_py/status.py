@@ -1,14 +1,17 @@
-"""Container status values as `state` prints them.  Pure."""
+"""Container status values as `state` prints them, as an enum (the words are
+layout.py's).  Pure."""
 
 from __future__ import annotations
 
 import enum
 
+from scrun_py import layout
+
 
 class Status(enum.StrEnum):
     """OCI status as printed by `state` (runtime-spec runtime.md)."""
 
-    CREATING = "creating"
-    CREATED = "created"
-    RUNNING = "running"
-    STOPPED = "stopped"
+    CREATING = layout.CREATING
+    CREATED = layout.CREATED
+    RUNNING = layout.RUNNING
+    STOPPED = layout.STOPPED

@@ -145,5 +145,5 @@ class BackendContract:
         """A command on every node is an argv; a kill command is an argv or None."""
         argv = world.backend.command_argv(4, "true")
         assert argv and all(isinstance(a, str) for a in argv)
-        kill = world.backend.kill_argv(4, 0)
-        assert kill is None or all(isinstance(a, str) for a in kill)
+        kill = world.backend.abandon_script(Allocation(4, {}, True), 0)
+        assert kill is None or kill.endswith("\n")

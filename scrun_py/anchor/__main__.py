@@ -39,7 +39,7 @@ def _prepare(spec: AnchorSpec, log: Logger) -> Lifecycle:
     from scrun_py.anchor.lifecycle import Lifecycle
     from scrun_py.anchor.spec import BundleInfo, RuntimeSettings
     from scrun_py.errors import ScrunError
-    from scrun_py.hooks.lua import load_hooks
+    from scrun_py.hooks.interface import load_hooks
     from scrun_py.slurm import choice
     from scrun_py.slurm.options import ANNOTATION_OPTIONS, ignored_warning, job_options
 

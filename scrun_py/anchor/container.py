@@ -16,7 +16,7 @@ from typing import Any
 
 from scrun_py import audit, procs, spool, store, threads
 from scrun_py.anchor.spec import AnchorSpec, BundleInfo
-from scrun_py.hooks.lua import HookContext, Hooks, NoHooks
+from scrun_py.hooks.interface import HookContext, Hooks, NoHooks
 from scrun_py.logs import Logger
 from scrun_py.slurm.backend import Allocation
 from scrun_py.status import Status
@@ -174,7 +174,7 @@ class Container:
             spool.remove_pid_file(Path(self.spec.pid_file), os.getpid())
 
     def abandon_script(self) -> Path:
-        from scrun_py.slurm.argv import ABANDON_FILE
+        from scrun_py.layout import ABANDON_FILE
 
         return self.dir / ABANDON_FILE
 

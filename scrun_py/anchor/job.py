@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shlex
 import signal
 import threading
 import time
@@ -16,19 +15,15 @@ from collections.abc import Callable
 
 from scrun_py import procs, spool, threads
 from scrun_py.anchor.container import Container
-from scrun_py.anchor.stderr_relay import StderrRelay
 from scrun_py.anchor.table import FATAL_BY_DEFAULT
 from scrun_py.errors import AllocationFailed, ScrunError, SlurmError
-from scrun_py.slurm.argv import ABANDON_ENV
 from scrun_py.slurm.backend import Allocation, SlurmBackend, Step, StepRequest
 from scrun_py.slurm.options import JobOptions
-from scrun_py.slurm.parse import max_tasks_per_node, transient_launch_failure
 from scrun_py.threads import Cancel
 
 RELEASE_TIMEOUT_S = 60.0
 STEP_RETRY_S = 60.0  # slurmctld restarting while srun creates the step
 STEP_RETRY_PAUSE_S = 1.0
-STDERR_DRAIN_S = 5.0  # after srun exits: what the container wrote last still arrives
 SIGKILL = int(signal.SIGKILL)
 
 
@@ -41,7 +36,6 @@ class Job:
         self.alloc_timeout_s = alloc_timeout_s
         self.alloc: Allocation | None = None
         self.step: Step | None = None
-        self._relay: StderrRelay | None = None
         self._relaunching = False  # between a step srun could not create and the next
         self._signal_while_relaunching = 0
         self._asking_step_id = threading.Lock()
@@ -65,9 +59,9 @@ class Job:
                 rec.job_id = job_id
                 box.save()
 
-            env = {**box.environ, ABANDON_ENV: str(box.abandon_script())}
-            self.alloc = self.backend.allocate(self.job_opts.alloc, env, on_job_id,
-                                               self.alloc_timeout_s, cancel)
+            self.alloc = self.backend.allocate(self.job_opts.alloc, dict(box.environ),
+                                               on_job_id, self.alloc_timeout_s, cancel,
+                                               str(box.abandon_script()))
             rec.job_id = self.alloc.job_id
         box.save()
         box.event("allocation granted")
@@ -110,7 +104,6 @@ class Job:
         or the pty; raises ScrunError."""
         box, alloc = self.box, self.alloc
         assert alloc is not None
-        relay = StderrRelay(2) if box.pty_slave is None else None
         req = StepRequest(
             job_id=alloc.job_id, container_id=box.record.id,
             bundle=box.ctx.bundle if box.ctx else str(box.bundle.path),
@@ -118,17 +111,9 @@ class Job:
             step_opts=self.job_opts.step, pty_slave=box.pty_slave,
             pty=box.pty_slave is not None or (box.bundle.config.process.terminal
                                               and os.isatty(0)),
-            stdio=(0, 1, relay.write_fd if relay else 2))
+            stdio=(0, 1, 2))
         box.event("launch started")
-        try:
-            self.step = self.backend.launch_step(req)
-        except BaseException:
-            if relay is not None:
-                relay.close()
-            raise
-        if relay is not None:
-            relay.start()
-            self._relay = relay
+        self.step = self.backend.launch_step(req)
         if box.pty_slave is not None:
             os.close(box.pty_slave)
             box.pty_slave = None
@@ -141,19 +126,13 @@ class Job:
         again for up to STEP_RETRY_S, while `may_relaunch()` and no signal came."""
         deadline = time.monotonic() + STEP_RETRY_S
         while True:
-            returncode = step.wait()
-            assert returncode is not None
-            code = procs.exit_code(returncode)
-            failure = None
-            if self._relay is not None:
-                # the container's last stderr bytes reach the engine before its exit
-                self._relay.drain(STDERR_DRAIN_S)
-                failure = self._relay.launch_failure
-                self._relay.close()
-            if not (code and failure and transient_launch_failure(failure)
+            outcome = step.wait()
+            assert outcome is not None
+            code = procs.exit_code(outcome.returncode)
+            if not (code and outcome.retry
                     and time.monotonic() < deadline and may_relaunch()):
                 break
-            self.box.event("step not created, launching it again", reason=failure)
+            self.box.event("step not created, launching it again", reason=outcome.not_created)
             self._relaunching = True
             time.sleep(STEP_RETRY_PAUSE_S)
             self._relaunching = False
@@ -213,15 +192,13 @@ class Job:
 
     def write_abandon_script(self) -> None:
         """What the allocation holder runs if this anchor dies: SIGKILL the container
-        through the runtime (see slurm/argv.py HOLDER_SCRIPT)."""
+        through the runtime (the backend writes the command)."""
         alloc = self.alloc
         if alloc is None or not alloc.owned:
             return
         step_id = self.step_id()
-        per_node = max_tasks_per_node(alloc.env.get("SLURM_TASKS_PER_NODE", "1"))
-        argv = (self.backend.kill_argv(alloc.job_id, step_id, per_node)
-                if step_id is not None else None)
-        if argv is not None:
-            script = "timeout 30 " + shlex.join(argv) + "\n"
+        script = (self.backend.abandon_script(alloc, step_id)
+                  if step_id is not None else None)
+        if script is not None:
             with contextlib.suppress(OSError):
                 spool.write_atomic(self.box.abandon_script(), script.encode(), 0o700)

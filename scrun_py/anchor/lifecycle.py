@@ -22,13 +22,13 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from scrun_py import procs, spool, threads
 from scrun_py.anchor.container import Container
 from scrun_py.anchor.job import Job
 from scrun_py.anchor.table import TABLE, Action, Event, Phase, Transition, kill_event
-from scrun_py.errors import ContainerNotRunning, ContainerStillRunning, ScrunError
+from scrun_py.errors import CannotStart, ContainerNotRunning, ContainerStillRunning, ScrunError
 from scrun_py.slurm.backend import Allocation, SlurmBackend, Step
 from scrun_py.slurm.options import JobOptions
 from scrun_py.status import Status
@@ -45,7 +45,9 @@ JOB_INFO_DELAY_S = 5.0
 SIGKILL, SIGTERM = int(signal.SIGKILL), int(signal.SIGTERM)
 
 
-class Ev(NamedTuple):
+class Occurrence(NamedTuple):
+    """One event as it happened: its kind (the table's Event) and what came with it."""
+
     kind: Event
     code: int = 1  # the exit code this event means when no step ran (or the step's)
     sig: int = 0
@@ -54,9 +56,9 @@ class Ev(NamedTuple):
 
 _REFUSALS: dict[Action, Callable[[str], ScrunError]] = {
     Action.REFUSE_START_CREATING:
-        lambda _id: ScrunError("cannot start a container that is still being created"),
+        lambda _id: CannotStart(CannotStart.CREATING),
     Action.REFUSE_START_STOPPED:
-        lambda _id: ScrunError("cannot start a container that has stopped"),
+        lambda _id: CannotStart(CannotStart.STOPPED),
     Action.REFUSE_DELETE_RUNNING: ContainerStillRunning,
     Action.REFUSE_NOT_RUNNING: lambda _id: ContainerNotRunning(),
 }
@@ -85,8 +87,8 @@ class Lifecycle:
         self._stopped = threading.Event()
         self._create_cancel = Cancel()  # a stop request interrupts create
         self._closing = Cancel()  # the cleanup has begun: the watches stop
-        self._queue: queue.SimpleQueue[Ev] = queue.SimpleQueue()
-        self._actions: dict[Action, Callable[[Ev], Work | None]] = {
+        self._queue: queue.SimpleQueue[Occurrence] = queue.SimpleQueue()
+        self._actions: dict[Action, Callable[[Occurrence], Work | None]] = {
             Action.NONE: lambda ev: None, Action.AWAIT_LAUNCH: lambda ev: None,
             Action.READY: self._ready, Action.LAUNCH: lambda ev: self._launch,
             Action.WATCH_STEP: self._watch,
@@ -100,7 +102,7 @@ class Lifecycle:
         }
 
     # ---- the one way to change phase ---------------------------------------------------------
-    def fire(self, ev: Ev) -> tuple[Transition | None, threading.Thread | None]:
+    def fire(self, ev: Occurrence) -> tuple[Transition | None, threading.Thread | None]:
         with self._lock:
             t = TABLE.get((self.phase, ev.kind))
             if t is None:
@@ -117,7 +119,7 @@ class Lifecycle:
             work = self._actions[t.action](ev)
             return t, (self._spawn(work, t.action.value) if work is not None else None)
 
-    def post(self, ev: Ev) -> None:
+    def post(self, ev: Occurrence) -> None:
         """For signal handlers: queue an event (the consumer thread fires it).  Only
         this: a handler runs between two bytecodes of whatever the main thread does."""
         self._queue.put_nowait(ev)
@@ -137,34 +139,26 @@ class Lifecycle:
 
     # ---- requests (control socket) -----------------------------------------------------------
     def start(self) -> int:
-        self.fire(Ev(Event.START))
+        self.fire(Occurrence(Event.START))
         self._launched.wait()
         if self.launch_error is not None:
             raise self.launch_error
         return self.box.record.job_id
 
     def kill(self, sig: int) -> None:
-        t, work = self.fire(Ev(kill_event(sig), code=128 + sig, sig=sig,
+        t, work = self.fire(Occurrence(kill_event(sig), code=128 + sig, sig=sig,
                                reason=f"signal {sig} before start"))
         if t is not None and t.action is Action.SIGNAL and work is not None:
             work.join()
 
     def delete(self, force: bool) -> None:
-        self.fire(Ev(Event.DELETE_FORCE if force else Event.DELETE, code=128 + SIGKILL,
+        self.fire(Occurrence(Event.DELETE_FORCE if force else Event.DELETE, code=128 + SIGKILL,
                      reason="delete"))
         self._stopped.wait()
-
-    def snapshot(self) -> dict[str, Any]:
-        rec = self.box.record
-        return {"status": rec.status, "job_id": rec.job_id, "bundle": rec.bundle}
 
     def wait_stopped(self, timeout_s: float | None = None) -> int:
         self._stopped.wait(timeout_s)
         return self.result
-
-    @property
-    def stopped(self) -> bool:
-        return self._stopped.is_set()
 
     # ---- create ------------------------------------------------------------------------------
     def create(self) -> BaseException | None:
@@ -178,13 +172,13 @@ class Lifecycle:
         except Exception as exc:
             err = exc
         else:
-            self.fire(Ev(Event.CREATED_OK))
+            self.fire(Occurrence(Event.CREATED_OK))
             if self.phase is Phase.CREATED:
                 return None
             self._stopped.wait()  # a stop won the race: CREATED_OK cleaned up
             return self._interrupted()
         self.box.log.info("create failed", error=str(err), container_id=self.box.record.id)
-        self.fire(Ev(Event.CREATE_FAILED))
+        self.fire(Occurrence(Event.CREATE_FAILED))
         self._stopped.wait()
         return err
 
@@ -216,7 +210,7 @@ class Lifecycle:
         self.box.event("job allocation ended", stderr=alloc.messages[-3:])
         reason = ("the job ended while the container was being created"
                   if self.phase is Phase.CREATING else "job ended before the container started")
-        self.fire(Ev(Event.JOB_ENDED, reason=reason))
+        self.fire(Occurrence(Event.JOB_ENDED, reason=reason))
 
     def _time_limit_from_info(self, alloc: Allocation) -> None:
         if self._closing.sleep(self.job_info_delay_s):
@@ -231,35 +225,35 @@ class Lifecycle:
 
     def _time_limit(self, delay_s: float) -> None:
         if self._closing.sleep(delay_s):
-            self.fire(Ev(Event.TIME_LIMIT, code=128 + SIGTERM, reason="time limit reached"))
+            self.fire(Occurrence(Event.TIME_LIMIT, code=128 + SIGTERM, reason="time limit reached"))
 
     # ---- actions (under the lock; a returned function runs in its own thread) ----------------
-    def _ready(self, ev: Ev) -> None:
+    def _ready(self, ev: Occurrence) -> None:
         self.box.set_status(Status.CREATED)
         self.box.event("container created")
 
-    def _note_stop(self, ev: Ev) -> None:
+    def _note_stop(self, ev: Occurrence) -> None:
         if ev.kind in (Event.DELETE, Event.DELETE_FORCE):
             self.delete_requested = True
         if self.stop_code is None:
             self.stop_code, self.stop_reason = ev.code, ev.reason
             self.box.event("stop requested", reason=ev.reason)
 
-    def _stop(self, ev: Ev) -> Work:
+    def _stop(self, ev: Occurrence) -> Work:
         self._note_stop(ev)
         return lambda: self._cleanup(aborted=False)
 
-    def _interrupt(self, ev: Ev) -> None:
+    def _interrupt(self, ev: Occurrence) -> None:
         self._note_stop(ev)
         self._create_cancel.set()
 
-    def _skip_stage_out(self, ev: Ev) -> None:
+    def _skip_stage_out(self, ev: Occurrence) -> None:
         self.box.staged_in = False  # a second signal: just end the job
 
-    def _finish(self, ev: Ev) -> None:
+    def _finish(self, ev: Occurrence) -> None:
         self._stopped.set()
 
-    def _cleanup_after(self, ev: Ev) -> Work:
+    def _cleanup_after(self, ev: Occurrence) -> Work:
         if ev.kind is Event.STEP_EXITED:
             self.exit_code = ev.code
         else:
@@ -275,16 +269,16 @@ class Lifecycle:
             err = exc if isinstance(exc, ScrunError) else ScrunError(f"internal error: {exc!r}")
             self.launch_error = err
             try:
-                self.fire(Ev(Event.LAUNCH_FAILED, reason=f"launch failed: {err}"))
+                self.fire(Occurrence(Event.LAUNCH_FAILED, reason=f"launch failed: {err}"))
             finally:
                 self._launched.set()
             return
         try:
-            self.fire(Ev(Event.LAUNCHED))
+            self.fire(Occurrence(Event.LAUNCHED))
         finally:
             self._launched.set()
 
-    def _watch(self, ev: Ev) -> None:
+    def _watch(self, ev: Occurrence) -> None:
         step = self.job.step
         assert step is not None
         self.box.set_status(Status.RUNNING)
@@ -292,7 +286,7 @@ class Lifecycle:
         self._spawn(lambda: self._watch_step(step), "watch-step")
         self._spawn(self.job.write_abandon_script, "abandon-script")
 
-    def _kill_launched(self, ev: Ev) -> Work:
+    def _kill_launched(self, ev: Occurrence) -> Work:
         self._watch(ev)
         return self._kill_step(ev)
 
@@ -300,7 +294,7 @@ class Lifecycle:
         code = self.job.wait_step(step, check_revoked=self.phase is Phase.RUNNING,
                                   may_relaunch=lambda: self.phase is Phase.RUNNING)
         if not self._closing.is_set():
-            self.fire(Ev(Event.STEP_EXITED, code=code))
+            self.fire(Occurrence(Event.STEP_EXITED, code=code))
 
     def _term_step(self) -> None:
         self.box.event("time limit reached: stopping the container")
@@ -308,7 +302,7 @@ class Lifecycle:
         if not self.job.step_exits_within(TIME_LIMIT_GRACE_S):
             self.job.signal(SIGKILL)
 
-    def _kill_step(self, ev: Ev) -> Work:
+    def _kill_step(self, ev: Occurrence) -> Work:
         self._note_stop(ev)
         return lambda: self.job.kill(KILL_GRACE_S)
 
@@ -349,4 +343,4 @@ class Lifecycle:
             box.audit_exit(code)
         finally:
             self.result = code
-            self.fire(Ev(Event.CLEANED))
+            self.fire(Occurrence(Event.CLEANED))

@@ -16,6 +16,7 @@ from typing import Any
 
 from scrun_py import protocol
 from scrun_py.anchor.lifecycle import Lifecycle
+from scrun_py.container import NOT_OWNER
 from scrun_py.errors import PermissionDenied, ProtocolError, ScrunError
 from scrun_py.logs import Logger
 
@@ -26,19 +27,6 @@ def peer_uid(sock: socket.socket) -> int:
     creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     _pid, uid, _gid = struct.unpack("3i", creds)
     return int(uid)
-
-
-def read_line(conn: socket.socket, limit: int = protocol.MAX_MESSAGE) -> bytes:
-    """One request line (what arrived before EOF if it has no newline)."""
-    buf = b""
-    while not buf.endswith(b"\n"):
-        chunk = conn.recv(limit + 1 - len(buf))
-        if not chunk:
-            break
-        buf += chunk
-        if len(buf) > limit:
-            raise ProtocolError("message too large")
-    return buf
 
 
 class ControlServer:
@@ -97,10 +85,10 @@ class ControlServer:
             # read the request before refusing: replying and closing first would make the
             # client's send fail (EPIPE) and hide the refusal behind "lost connection"
             conn.settimeout(REQUEST_TIMEOUT_S)
-            line = read_line(conn)
+            line = protocol.read_line(conn)
             conn.settimeout(None)
             if peer_uid(conn) != os.getuid():
-                raise PermissionDenied("permission denied: container belongs to another user")
+                raise PermissionDenied(NOT_OWNER)
             req = protocol.decode_request(line)
             reply = protocol.encode_ok(**self._dispatch(req))
         except (ScrunError, ValueError) as exc:
@@ -116,8 +104,6 @@ class ControlServer:
 
     def _dispatch(self, req: dict[str, Any]) -> dict[str, Any]:
         kind = req["type"]
-        if kind == "state":
-            return self.lc.snapshot()
         if kind == "start":
             return {"job_id": self.lc.start()}
         if kind == "kill":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 from types import FrameType
 
-from scrun_py.anchor.lifecycle import Ev, Lifecycle
+from scrun_py.anchor.lifecycle import Lifecycle, Occurrence
 from scrun_py.anchor.table import Event
 
 HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -16,7 +16,7 @@ def install(lc: Lifecycle) -> None:
     container's exit code if it ran, else 128+signal; a second one skips stage_out.
     Call from the main thread (Python runs handlers there)."""
     def handler(signum: int, _frame: FrameType | None) -> None:
-        lc.post(Ev(Event.ANCHOR_SIGNAL, code=128 + signum, sig=signum,
+        lc.post(Occurrence(Event.ANCHOR_SIGNAL, code=128 + signum, sig=signum,
                    reason=f"anchor signal {signum}"))
 
     for sig in HANDLED:

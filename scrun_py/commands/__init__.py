@@ -1,1 +1,62 @@
-"""One module per OCI verb; each exposes `run(inv, ...)`."""
+"""One module per OCI verb, each exposing `run(inv, ...)`: the one implementation of
+that verb, whether click parsed the command line or not (entry.py).
+
+Imported by every verb: nothing here imports more than os.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from scrun_py.anchor.launch import EarlyAnchor
+    from scrun_py.settings import Invocation
+
+
+def audit(inv: Invocation, event: str, *, container_id: str, **fields: Any) -> None:
+    """The site's audit record of `event` (scrun-py.toml [audit]); without a site file
+    in either place it looks (container.site_file_may_apply) there is nothing to do."""
+    from scrun_py.container import site_file_may_apply
+
+    if not site_file_may_apply(inv.slurm_conf_file()):
+        return
+    from scrun_py import audit as trail
+
+    trail.emit(inv.slurm_conf_path(), event, container_id=container_id, **fields)
+
+
+def run_verb(inv: Invocation, verb: str, args: list[str], options: dict[str, Any],
+             early: EarlyAnchor | None = None) -> None:
+    """Run `create`, `start`, `state`, `kill` or `delete`: `args` the positional
+    arguments, `options` the verb's options by dest (those not given may be left out)."""
+    if verb == "create":
+        from scrun_py.commands import create
+
+        create.run(inv, args[0], options.get("bundle"), options.get("pid_file"),
+                   options.get("console_socket"), early)
+    elif verb == "state":
+        from scrun_py.commands import state
+
+        state.run(inv, args[0])
+    elif verb == "start":
+        from scrun_py.commands import start
+
+        start.run(inv, args[0])
+    elif verb == "kill":
+        from scrun_py.commands import kill
+
+        signal = args[1] if len(args) > 1 else None
+        if options.get("regex"):
+            kill.run_matching(inv, args[0], signal)
+        else:
+            kill.run(inv, args[0], signal)
+    elif verb == "delete":
+        from scrun_py.commands import delete
+
+        if options.get("regex"):
+            delete.run_matching(inv, args[0], bool(options.get("force")))
+        else:
+            delete.run(inv, args[0], bool(options.get("force")))
+    else:
+        raise ValueError(f"run_verb: {verb} is not run here")

@@ -30,19 +30,9 @@ def run(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | 
         console_socket: str | None, early: EarlyAnchor | None = None) -> AnchorProcess:
     """Create the container; return the anchor process handle (used by `run`).
 
-    `early` is an anchor forked before this call (entry.py), waiting for its spec; it
-    is ended if create fails before handing it one.
+    `early` is an anchor forked before this call (cmdline.run), waiting for its spec;
+    the caller ends it if create fails before handing it one.
     """
-    try:
-        return _run(inv, container_id, bundle, pid_file, console_socket, early)
-    except BaseException:
-        if early is not None and not early.sent:
-            early.abandon()
-        raise
-
-
-def _run(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | None,
-         console_socket: str | None, early: EarlyAnchor | None) -> AnchorProcess:
     spool.validate_id(container_id)
     site = site_conf.load(inv.slurm_conf_path())
     settings = audit.load_settings(inv.slurm_conf_path(), site)

@@ -1,60 +1,80 @@
-"""`delete [--force] ID`: tear the container down and remove every trace of it."""
+"""`delete [--force] [--regex] ID`: tear the container down and remove every trace of it.
+
+A directory without a record and without an anchor socket is what a create that failed
+half-way leaves: it is removed, and with --force an id that is not there at all is a
+success (what runc does).  A container whose anchor runs is deleted by the anchor (it
+ends the step and the job); one whose anchor died is cleaned up here.
+"""
 
 from __future__ import annotations
 
+import os
 import time
-from pathlib import Path
 
-from scrun_py import audit, client, spool, store
+from scrun_py.commands import audit
+from scrun_py.container import (
+    NOT_OWNER,
+    Container,
+    ContainerRecord,
+    check_private,
+    remove_pid_file,
+    remove_tree,
+)
 from scrun_py.errors import (
     AnchorUnreachable,
     ContainerNotFound,
     ContainerStillRunning,
+    PermissionDenied,
     ScrunError,
 )
-from scrun_py.settings import Invocation
-from scrun_py.status import Status
+from scrun_py.layout import RUNNING, SOCKET_NAME, STOPPED
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from scrun_py.settings import Invocation
 
 ANCHOR_EXIT_WAIT_S = 15.0
 
 
 def run(inv: Invocation, container_id: str, force: bool) -> None:
-    cdir = spool.container_dir(inv.root, container_id)
+    container = Container(inv.root_dir, container_id)
     try:
-        record = store.load(inv.root, container_id)
+        record = container.record()
     except ContainerNotFound:
-        # runc delete.go: a half-created dir is removed; with --force that is success.
-        if cdir.is_dir() and not (cdir / spool.SOCKET_NAME).exists():
-            spool.remove_tree(cdir)
+        half_created = not os.path.exists(os.path.join(container.dir, SOCKET_NAME))
+        if os.path.isdir(container.dir) and half_created:
+            remove_tree(container.dir)
             return
         if force:
             return
         raise
-    _check_owner(cdir)
-    status = store.effective_status(record)
-    if status is not Status.STOPPED:
+    _check_owner(container)
+    status = container.status(record)
+    if status != STOPPED:
         # The anchor decides from its own phase (state.json may lag behind it): without
         # --force it refuses a running container with runc's words, and kills and
         # deletes a created one, as runc does.
         try:
-            client.request(inv.root, container_id, "delete", timeout_s=None, force=force)
+            container.request("delete", None, force=force)
         except AnchorUnreachable:
             pass
         _wait_anchor_exit(record)
-        if not force and status is Status.RUNNING and store.anchor_alive(record):
+        if not force and status == RUNNING and container.anchor_alive(record):
             raise ContainerStillRunning(container_id)  # alive, yet it does not answer
     else:
-        _clean_after_dead_anchor(inv, record)
+        _clean_after_dead_anchor(record)
     if record.pid_file and record.anchor_pid:
-        spool.remove_pid_file(Path(record.pid_file), record.anchor_pid)
-    spool.remove_tree(cdir)
-    audit.emit(inv.slurm_conf_path(), "delete", container_id=container_id,
-               job_id=record.job_id or None, bundle=record.bundle, force=force)
+        remove_pid_file(record.pid_file, record.anchor_pid)
+    remove_tree(container.dir)
+    audit(inv, "delete", container_id=container_id, job_id=record.job_id or None,
+          bundle=record.bundle, force=force)
 
 
 def run_matching(inv: Invocation, pattern: str, force: bool) -> None:
     """crun's `delete --regex`: delete every container whose id matches; a container
     that fails is a warning on stderr, not a failure of the command."""
+    from scrun_py import spool
+
     for container_id in spool.matching_ids(inv.root, pattern):
         try:
             run(inv, container_id, force)
@@ -62,38 +82,33 @@ def run_matching(inv: Invocation, pattern: str, force: bool) -> None:
             inv.note("warning", f"delete {container_id}: {exc}", container_id=container_id)
 
 
-def _check_owner(cdir: Path) -> None:
+def _check_owner(container: Container) -> None:
     """delete acts on what state.json records (scancel of its job, removal of its pid
     file): only on a record in a directory of the caller's that nobody else can write."""
-    import os
-
-    from scrun_py.errors import PermissionDenied
-
-    for path, what in ((cdir, "container directory"),
-                       (cdir / spool.STATE_FILE, "container state file")):
+    for path, what in ((container.dir, "container directory"),
+                       (container.state_file, "container state file")):
         try:
             owner = os.stat(path).st_uid
         except OSError:
             owner = -1
         if owner != os.geteuid():  # the anchor's words for another user's container
-            raise PermissionDenied("permission denied: container belongs to another user")
+            raise PermissionDenied(NOT_OWNER)
         try:
-            spool.check_private(path, what)
+            check_private(path, what)
         except ScrunError as exc:
             raise PermissionDenied(f"permission denied: {exc}") from None
 
 
-def _wait_anchor_exit(record: store.ContainerRecord) -> None:
+def _wait_anchor_exit(record: ContainerRecord) -> None:
     deadline = time.monotonic() + ANCHOR_EXIT_WAIT_S
-    while store.anchor_alive(record) and time.monotonic() < deadline:
+    while Container.anchor_alive(record) and time.monotonic() < deadline:
         time.sleep(0.02)
 
 
-def _clean_after_dead_anchor(inv: Invocation, record: store.ContainerRecord) -> None:
+def _clean_after_dead_anchor(record: ContainerRecord) -> None:
     """The anchor died without finishing (e.g. SIGKILL): end its job ourselves."""
-    if record.status == Status.STOPPED.value or not record.job_id or not record.owns_job:
+    if record.status == STOPPED or not record.job_id or not record.owns_job:
         return
-    from scrun_py import procs
-    from scrun_py.slurm.argv import build_scancel_argv
+    from scrun_py.slurm.cancel import cancel_job
 
-    procs.run(build_scancel_argv(record.job_id), timeout_s=30)
+    cancel_job(record.job_id)

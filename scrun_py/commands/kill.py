@@ -5,29 +5,36 @@
 
 from __future__ import annotations
 
-from scrun_py import audit, client, spool, store
+from scrun_py.commands import audit
+from scrun_py.container import KILL_TIMEOUT_S, Container
 from scrun_py.errors import AnchorUnreachable, ContainerNotRunning, ScrunError
-from scrun_py.settings import Invocation
+from scrun_py.layout import STOPPED
 from scrun_py.signames import parse_signal
-from scrun_py.status import Status
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from scrun_py.settings import Invocation
 
 
 def run(inv: Invocation, container_id: str, signal: str | None) -> None:
     sig = parse_signal(signal or "TERM")
-    record = store.load(inv.root, container_id)
-    if store.effective_status(record) is Status.STOPPED:
+    container = Container(inv.root_dir, container_id)
+    record = container.record()
+    if container.status(record) == STOPPED:
         raise ContainerNotRunning()
     try:
-        client.request(inv.root, container_id, "kill", timeout_s=120, signal=sig)
+        container.request("kill", KILL_TIMEOUT_S, signal=sig)
     except AnchorUnreachable as exc:
         raise ContainerNotRunning() from exc
-    audit.emit(inv.slurm_conf_path(), "kill", container_id=container_id,
-               job_id=record.job_id or None, bundle=record.bundle, signal=sig)
+    audit(inv, "kill", container_id=container_id, job_id=record.job_id or None,
+          bundle=record.bundle, signal=sig)
 
 
 def run_matching(inv: Invocation, pattern: str, signal: str | None) -> None:
     """crun's `kill --regex`: signal every container whose id matches; a container that
     fails is a warning on stderr, not a failure of the command."""
+    from scrun_py import spool
+
     parse_signal(signal or "TERM")
     for container_id in spool.matching_ids(inv.root, pattern):
         try:

@@ -1,23 +1,29 @@
-"""`start`: ask the anchor to launch the container step."""
+"""`start ID`: ask the anchor to launch the container step."""
 
 from __future__ import annotations
 
-from scrun_py import audit, client, store
-from scrun_py.errors import AnchorUnreachable, ScrunError
-from scrun_py.settings import Invocation
-from scrun_py.status import Status
+from scrun_py.commands import audit
+from scrun_py.container import START_TIMEOUT_S, Container
+from scrun_py.errors import AnchorUnreachable, CannotStart
+from scrun_py.layout import RUNNING, STOPPED
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from scrun_py.settings import Invocation
+
 
 
 def run(inv: Invocation, container_id: str) -> None:
-    record = store.load(inv.root, container_id)
-    status = store.effective_status(record)
-    if status is Status.STOPPED:
-        raise ScrunError("cannot start a container that has stopped")
-    if status is Status.RUNNING:
-        raise ScrunError("cannot start an already running container")
+    container = Container(inv.root_dir, container_id)
+    record = container.record()
+    status = container.status(record)
+    if status == STOPPED:
+        raise CannotStart(CannotStart.STOPPED)
+    if status == RUNNING:
+        raise CannotStart(CannotStart.RUNNING)
     try:
-        client.request(inv.root, container_id, "start", timeout_s=600)
+        container.request("start", START_TIMEOUT_S)
     except AnchorUnreachable as exc:
-        raise ScrunError("cannot start a container that has stopped") from exc
-    audit.emit(inv.slurm_conf_path(), "start", container_id=container_id,
-               job_id=record.job_id or None, bundle=record.bundle)
+        raise CannotStart(CannotStart.STOPPED) from exc
+    audit(inv, "start", container_id=container_id, job_id=record.job_id or None,
+          bundle=record.bundle)

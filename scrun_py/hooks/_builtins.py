@@ -26,8 +26,8 @@ MAX_DEPTH = 200
 # -- time strings ---------------------------------------------------------------------------
 
 def _valid_timespec(text: str) -> bool:
-    # Same acceptance rules as Slurm's parse_time.c: only digits, '-' and ':', at most one
-    # '-' (before any ':'), at most two ':', and enough digit groups for the separators.
+    # What Slurm accepts as a time: only digits, '-' and ':', at most one '-' (before
+    # any ':'), at most two ':', and enough digit groups for the separators.
     groups = dashes = colons = 0
     in_digits = False
     for ch in text:

@@ -13,22 +13,19 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from types import MappingProxyType, ModuleType
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from scrun_py import logs
 from scrun_py.errors import HookError
 from scrun_py.flags import LADDER
 from scrun_py.hooks import _builtins
 from scrun_py.hooks._prelude import PRELUDE
+from scrun_py.hooks.interface import HookContext, structlog_logger
 from scrun_py.hooks.spec import HOOKS, SLURM_CONSTANTS, STAGE_IN, STAGE_OUT
 
 DEFAULT_LUA: Final = "5.4"
-SCRIPT_NAME: Final = "scrun.lua"
-LUA_SCRIPT_ENV: Final = "SCRUN_PY_LUA"
-LUA_VERSION_ENV: Final = "SCRUN_PY_LUA_VERSION"
 TRACE_ENV: Final = "SCRUN_TRACE_HOOKS"
 
 LUPA_MODULES: Final = MappingProxyType({
@@ -40,46 +37,6 @@ LUPA_MODULES: Final = MappingProxyType({
 # slurm.log's level numbers 0-5: info … debug4 of the ladder
 _LUA_LEVELS: Final = LADDER[LADDER.index("info"):LADDER.index("debug4") + 1]
 _LUPA_NAME = re.compile(r"lupa\.lua(jit)?\d+")
-
-
-class HookContext:
-    """What a hook call sees; ``set_bundle_path``/``set_root_path`` change it in place."""
-
-    def __init__(self, container_id: str, bundle: str, orig_bundle: str, root_path: str,
-                 orig_root_path: str, spool_dir: str, config_file: str, job_id: int,
-                 user_id: int, group_id: int, env: dict[str, str],
-                 remote_argv: Callable[[str], list[str]]) -> None:
-        self.container_id = container_id
-        self.bundle = bundle
-        self.orig_bundle = orig_bundle
-        self.root_path = root_path
-        self.orig_root_path = orig_root_path
-        self.spool_dir = spool_dir
-        self.config_file = config_file
-        self.job_id = job_id
-        self.user_id = user_id
-        self.group_id = group_id
-        self.env = env
-        self.remote_argv = remote_argv
-
-
-class Hooks(Protocol):
-    def stage_in(self, ctx: HookContext) -> None: ...
-    def stage_out(self, ctx: HookContext) -> int | None: ...
-    def close(self) -> None: ...
-
-
-class NoHooks:
-    """No scrun.lua: both hooks succeed without doing anything."""
-
-    def stage_in(self, ctx: HookContext) -> None:
-        return None
-
-    def stage_out(self, ctx: HookContext) -> int | None:
-        return None
-
-    def close(self) -> None:
-        return None
 
 
 def lupa_module_name(version: str) -> str:
@@ -287,7 +244,7 @@ class LuaHooks:
         return table
 
     def _logger(self) -> Any:
-        return self._log_to if self._log_to is not None else _structlog_logger()
+        return self._log_to if self._log_to is not None else structlog_logger()
 
     def _debug_traceback(self, traceback: object) -> None:
         if traceback:
@@ -357,45 +314,3 @@ class LuaHooks:
         if not isinstance(text, str):
             raise ValueError("expected a string")
         return _builtins.py_to_lua(_builtins.parse_json(text), self._bridge, null)
-
-
-def find_script(slurm_conf: Path | None, override: str | None = None) -> Path | None:
-    """``override`` if given, else ``scrun.lua`` next to ``slurm_conf``; ``None`` if no file."""
-    if override:
-        path = Path(override)
-        if path.is_file():
-            return path
-        # an explicitly configured script that is missing is an error, not "no hooks"
-        raise HookError(f"{path}: scrun.lua not found")
-    if slurm_conf is None:
-        return None
-    path = slurm_conf.parent / SCRIPT_NAME
-    return path if path.is_file() else None
-
-
-def _structlog_logger() -> Any:
-    import structlog
-
-    return structlog.get_logger()
-
-
-def load_hooks(slurm_conf: Path | None, override: str | None = None,
-               lua_version: str | None = None, log: Any = None,
-               site_dir: Path | None = None) -> Hooks:
-    """The hooks to use: ``LuaHooks`` when a script exists, else ``NoHooks``.
-
-    ``override`` defaults to ``$SCRUN_PY_LUA`` ("" : none, whatever the environment
-    says); ``site_dir`` (where ``scrun.lua`` is looked for) to slurm.conf's directory;
-    ``lua_version`` to ``$SCRUN_PY_LUA_VERSION`` and then ``DEFAULT_LUA``; ``log`` as
-    for ``LuaHooks``.
-    """
-    if override is None:
-        override = os.environ.get(LUA_SCRIPT_ENV) or None
-    script = find_script(site_dir / "slurm.conf" if site_dir is not None else slurm_conf,
-                         override)
-    if script is None:
-        (log if log is not None else _structlog_logger()).debug("no scrun.lua, hooks disabled")
-        return NoHooks()
-    version = lua_version or os.environ.get(LUA_VERSION_ENV) or DEFAULT_LUA
-    return LuaHooks.load(script, version, cluster_name=_builtins.cluster_name(slurm_conf),
-                         log=log)

@@ -19,7 +19,6 @@ HOLDER_SCRIPT = ('env -0; printf "\\0SCRUN-PY-READY\\0"; '
                  '[ -r "$SCRUN_PY_ON_ABANDON" ] && /bin/sh "$SCRUN_PY_ON_ABANDON"; '
                  'rc=1; fi; exit "${rc:-1}"')
 ABANDON_ENV = "SCRUN_PY_ON_ABANDON"
-ABANDON_FILE = "on-abandon.sh"
 READY_MARKER = b"\0SCRUN-PY-READY\0"
 
 

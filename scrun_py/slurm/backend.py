@@ -42,9 +42,16 @@ class StepRequest(NamedTuple):
     stdio: tuple[int, int, int] = (0, 1, 2)
 
 
+class StepExit(NamedTuple):
+    """How the container step ended."""
+
+    returncode: int  # negative N: killed by signal N (subprocess's convention)
+    not_created: str | None = None  # Slurm's reason when the step was never created
+    retry: bool = False  # not created because slurmctld did not answer: may work later
+
+
 class Step(Protocol):
-    """A running container step (subprocess.Popen fits, with `wait` returning None on a
-    timeout)."""
+    """A running container step."""
 
     @property
     def pid(self) -> int: ...
@@ -52,9 +59,9 @@ class Step(Protocol):
     @property
     def returncode(self) -> int | None: ...
 
-    def wait(self, timeout_s: float | None = None) -> int | None:
-        """The returncode once the step has exited (negative N: killed by signal N);
-        None if it still runs after `timeout_s`."""
+    def wait(self, timeout_s: float | None = None) -> StepExit | None:
+        """How the step ended, once it has (the container's last stderr bytes passed on
+        by then); None if it still runs after `timeout_s`."""
 
     def kill(self) -> None: ...
 
@@ -65,10 +72,12 @@ class SlurmBackend(Protocol):
 
     def allocate(self, opts: Sequence[str], env: dict[str, str],
                  on_job_id: Callable[[int], None], timeout_s: float | None,
-                 cancel: Cancel) -> Allocation:
+                 cancel: Cancel, abandon_file: str | None = None) -> Allocation:
         """Request a job and wait until it runs; raise AllocationFailed with Slurm's
         message, or Cancelled (the request withdrawn, its job cancelled) once `cancel` is
-        set.  `on_job_id` hears the job id as soon as Slurm assigns it."""
+        set.  `on_job_id` hears the job id as soon as Slurm assigns it.  Should the
+        anchor die, what holds the allocation runs `abandon_file` (if it exists then:
+        see abandon_script) before it ends the job."""
 
     def attach(self, job_id: int, env: dict[str, str]) -> Allocation:
         """Use an existing job; raise AllocationFailed unless it is running."""
@@ -93,10 +102,9 @@ class SlurmBackend(Protocol):
                alive: Callable[[], bool]) -> None:
         """Deliver `sig` to the container's init (through the runtime when possible)."""
 
-    def kill_argv(self, job_id: int, step_id: int,
-                  tasks_per_node: int = 1) -> list[str] | None:
-        """A command that SIGKILLs the container (every task's, up to `tasks_per_node` on
-        a node) without the anchor (None if impossible)."""
+    def abandon_script(self, alloc: Allocation, step_id: int) -> str | None:
+        """The shell script for allocate's `abandon_file`: it SIGKILLs the container's
+        every task without the anchor (None if that is impossible)."""
 
     def command_argv(self, job_id: int, command: str) -> list[str]:
         """A helper step running `/bin/sh -c command` on every node of the job."""

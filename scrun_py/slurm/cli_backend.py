@@ -1,9 +1,10 @@
 """Slurm backend that drives Slurm's own client commands (salloc, srun, scancel, squeue).
 
 Works with every Slurm from 22.05 on; what differs between releases is decided here,
-from slurm/releases.py (srun's --container-id exists from 23.02).  The allocation is a
-salloc whose command reports the job environment and then waits for the anchor to send
-the exit code, so the job is recorded as COMPLETED/FAILED rather than CANCELLED.
+from slurm/releases.py (srun's --container-id exists from 23.02).  The allocation is
+salloc_holder.py's: a salloc whose command reports the job environment and then waits
+for the anchor to send the exit code.  This module runs the container step and the
+helper steps (signals, commands on every node), and scancel.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import select
+import shlex
 import signal
 import subprocess
 import termios
@@ -23,17 +24,11 @@ from scrun_py import procs, threads
 from scrun_py.errors import AllocationFailed, SlurmError, StepLaunchFailed
 from scrun_py.slurm import argv as slurm_argv
 from scrun_py.slurm import parse, releases
-from scrun_py.slurm.backend import Allocation, JobInfo, Step, StepRequest
-from scrun_py.slurm.cli_parts import (
-    SrunStep,
-    StderrFile,
-    close_pipes,
-    job_env,
-    salloc_cwd,
-    unlinked_file,
-)
+from scrun_py.slurm.backend import Allocation, JobInfo, Step, StepExit, StepRequest
 from scrun_py.slurm.options import JOB_NAME
-from scrun_py.threads import Cancel, Cancelled
+from scrun_py.slurm.salloc_holder import SallocHolder, salloc_cwd
+from scrun_py.slurm.stderr_relay import DRAIN_S, StderrRelay
+from scrun_py.threads import Cancel
 
 OLDEST = (22, 5)  # the oldest release supported: no --container-id
 # Right after start the runtime may not have created the container yet: retry the
@@ -41,8 +36,42 @@ OLDEST = (22, 5)  # the oldest release supported: no --container-id
 # up in that window (the node drains with "Kill task failed").
 RUNTIME_SIGNAL_ATTEMPTS = 20
 STEP_ID_ATTEMPTS = 20
-POLL_S = 0.05  # salloc's output, while the job is being allocated
-ABORT_GRACE_S = 10.0  # a salloc asked to stop (TERM) before it is killed
+
+
+class SrunStep:
+    """The container step: srun, as `Step`; its stderr through `relay` (no terminal)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], relay: StderrRelay | None) -> None:
+        self.proc = proc
+        self._relay = relay
+        self._lock = threading.Lock()
+        self._exit: StepExit | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.returncode
+
+    def wait(self, timeout_s: float | None = None) -> StepExit | None:
+        try:
+            returncode = self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+        with self._lock:
+            if self._exit is None:
+                reason, retry = None, False
+                if self._relay is not None:
+                    self._relay.drain(DRAIN_S)
+                    reason, retry = self._relay.launch_failure, self._relay.transient_failure
+                    self._relay.close()
+                self._exit = StepExit(returncode, reason, retry)
+            return self._exit
+
+    def kill(self) -> None:
+        self.proc.kill()
 
 
 class CliSlurm:
@@ -55,99 +84,26 @@ class CliSlurm:
         self._srun = srun_path
         self._srun_args = list(srun_args)
         self._runtime_kill = runtime_kill
-        # the job's working directory when it is not the caller's (see salloc_cwd)
-        self._job_dir: str | None = None
         self._version: tuple[int, int] = OLDEST
         self._version_known: threading.Event | None = None
         self._version_probe = version_probe
-        self._holder: subprocess.Popen[bytes] | None = None
-        self._stderr: StderrFile | None = None
+        self._jobs = SallocHolder(salloc, self.cancel)
 
-    # ---- the job ----------------------------------------------------------------------------
+    # ---- the job: salloc_holder.py ------------------------------------------------------
     def allocate(self, opts: Sequence[str], env: dict[str, str],
                  on_job_id: Callable[[int], None], timeout_s: float | None,
-                 cancel: Cancel) -> Allocation:
+                 cancel: Cancel, abandon_file: str | None = None) -> Allocation:
         self._start_version_probe()
-        argv, self._job_dir = slurm_argv.build_salloc_argv(opts, self._salloc), salloc_cwd(opts)
-        # salloc's stderr goes to an unlinked file, not a pipe: if the anchor dies, a
-        # salloc writing to a broken pipe spins at 100% CPU forever (seen on 22.05).
-        # Kept open for the allocation's lifetime (polled), closed by release.
-        err_file = unlinked_file()
-        try:
-            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=err_file, env=env, start_new_session=True,
-                                    cwd=self._job_dir)
-        except OSError as exc:
-            err_file.close()
-            raise AllocationFailed(f"cannot run salloc: {exc.strerror}") from exc
-        alloc = Allocation(job_id=0, env={}, owned=True)
-        reader = StderrFile(err_file, alloc)
-        self._holder, self._stderr = proc, reader
-        try:
-            alloc.env = self.job_env_of(proc, alloc, reader, on_job_id, timeout_s, cancel)
-        except BaseException:
-            close_pipes(proc)
-            reader.poll()
-            err_file.close()
-            raise
-        job_id = int(alloc.env.get("SLURM_JOB_ID", "0") or 0)
-        if not job_id:
-            self._abort(proc, alloc)
-            close_pipes(proc)
-            err_file.close()
-            raise AllocationFailed("job allocation failed: no SLURM_JOB_ID in the job environment")
-        if not alloc.job_id:
-            alloc.job_id = job_id
-            on_job_id(job_id)
-        return alloc
+        return self._jobs.allocate(opts, env, on_job_id, timeout_s, cancel, abandon_file)
 
-    def job_env_of(self, proc: subprocess.Popen[bytes], alloc: Allocation,
-                    reader: StderrFile, on_job_id: Callable[[int], None],
-                    timeout_s: float | None, cancel: Cancel) -> dict[str, str]:
-        """Wait for the job environment salloc's command prints once the job runs; the job
-        id is noted as soon as salloc names it.  Stops salloc (and cancels its job) when
-        cancelled or out of time."""
-        assert proc.stdout is not None
-        out_fd = proc.stdout.fileno()
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        buf = b""
-        while slurm_argv.READY_MARKER not in buf:
-            job_id = reader.poll()
-            if job_id and not alloc.job_id:
-                alloc.job_id = job_id
-                on_job_id(job_id)
-            if cancel.is_set():
-                self._abort(proc, alloc)
-                raise Cancelled
-            if deadline is not None and time.monotonic() > deadline:
-                self._abort(proc, alloc)
-                reader.poll()
-                raise AllocationFailed(
-                    f"job allocation not granted within {timeout_s:g}s"
-                    + (f" ({parse.slurm_message(alloc.messages)})" if alloc.messages else ""))
-            ready, _, _ = select.select([out_fd], [], [], POLL_S)
-            chunk = os.read(out_fd, 65536) if ready else None
-            if chunk == b"":  # salloc exited without an allocation
-                proc.wait()
-                reader.poll()
-                raise AllocationFailed(
-                    f"job allocation failed: {parse.slurm_message(alloc.messages)}")
-            buf += chunk or b""
-        return job_env(buf)
+    def wait_ended(self, alloc: Allocation, cancel: Cancel) -> None:
+        self._jobs.wait_ended(alloc, cancel)
 
-    def _abort(self, proc: subprocess.Popen[bytes], alloc: Allocation) -> None:
-        """Stop a salloc that has not delivered an allocation; cancel its job if any."""
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(ABORT_GRACE_S)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
-                proc.wait()
-        if alloc.job_id:
-            self.cancel(alloc.job_id)
+    def revoked(self, alloc: Allocation) -> bool:
+        return self._jobs.revoked(alloc)
+
+    def release(self, alloc: Allocation, exit_code: int, timeout_s: float) -> None:
+        self._jobs.release(alloc, exit_code, timeout_s)
 
     def attach(self, job_id: int, env: dict[str, str]) -> Allocation:
         self._start_version_probe()
@@ -158,29 +114,6 @@ class CliSlurm:
                 f"SLURM_JOB_ID={job_id} is not a running job ({state or res.status})")
         return Allocation(job_id=job_id, env=dict(env), owned=False)
 
-    def wait_ended(self, alloc: Allocation, cancel: Cancel) -> None:
-        holder = self._holder
-        if not alloc.owned or holder is None:
-            cancel.wait()
-            return
-        while not cancel.is_set():
-            try:
-                holder.wait(1.0)
-            except subprocess.TimeoutExpired:
-                continue
-            self._poll()
-            return
-
-    def _poll(self) -> None:
-        if self._stderr is not None:
-            self._stderr.poll()
-
-    def revoked(self, alloc: Allocation) -> bool:
-        if not alloc.owned or self._holder is None or self._stderr is None:
-            return False
-        self._stderr.poll()
-        return self._stderr.revoked or self._holder.poll() is not None
-
     def job_info(self, job_id: int) -> JobInfo | None:
         try:
             res = self._run(slurm_argv.build_job_info_argv(job_id), timeout_s=15)
@@ -190,29 +123,6 @@ class CliSlurm:
             return None
         end, uid, gid = parse.parse_job_info(res.text)
         return JobInfo(end_time=end, uid=uid, gid=gid)
-
-    def release(self, alloc: Allocation, exit_code: int, timeout_s: float) -> None:
-        proc = self._holder
-        if proc is None or not alloc.owned:
-            return
-        if proc.poll() is None and proc.stdin is not None:
-            with contextlib.suppress(OSError, ValueError):
-                proc.stdin.write(f"{exit_code}\n".encode())
-                proc.stdin.flush()
-        if proc.stdin is not None:
-            with contextlib.suppress(OSError, ValueError):
-                proc.stdin.close()  # EOF, whatever was written
-        try:
-            proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.cancel(alloc.job_id)
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            proc.wait()
-        close_pipes(proc)
-        if self._stderr is not None:
-            self._stderr.poll()
-            self._stderr.fh.close()  # salloc's stderr file, kept open until its end
 
     def cancel(self, job_id: int, step_id: int | None = None) -> None:
         with contextlib.suppress(SlurmError):
@@ -233,6 +143,7 @@ class CliSlurm:
             srun_args=self._srun_args, pty=req.pty,
             container_id_flag=releases.has(version, "--container-id"))
         kwargs: dict[str, object]
+        relay: StderrRelay | None = None
         if req.pty_slave is not None:
             slave = req.pty_slave
 
@@ -243,14 +154,20 @@ class CliSlurm:
             kwargs = {"stdin": slave, "stdout": slave, "stderr": slave,
                       "preexec_fn": make_controlling_tty}
         else:
-            kwargs = {"stdin": req.stdio[0], "stdout": req.stdio[1], "stderr": req.stdio[2]}
+            relay = StderrRelay(req.stdio[2])  # srun's own lines left out
+            kwargs = {"stdin": req.stdio[0], "stdout": req.stdio[1], "stderr": relay.write_fd}
         try:
             # slurmstepd enters srun's directory for the step: the job's, not one the
             # user cannot enter
-            kwargs["cwd"] = self._job_dir or salloc_cwd([])
-            return SrunStep(subprocess.Popen(argv, env=req.env, **kwargs))  # type: ignore[call-overload]
+            kwargs["cwd"] = self._jobs.job_dir or salloc_cwd([])
+            proc = subprocess.Popen(argv, env=req.env, **kwargs)  # type: ignore[call-overload]
         except OSError as exc:
+            if relay is not None:
+                relay.close()
             raise StepLaunchFailed(f"cannot run {argv[0]}: {exc.strerror}") from exc
+        if relay is not None:
+            relay.start()
+        return SrunStep(proc, relay)
 
     def step_id(self, job_id: int, alive: Callable[[], bool]) -> int | None:
         for _ in range(STEP_ID_ATTEMPTS):
@@ -308,7 +225,14 @@ class CliSlurm:
 
     def kill_argv(self, job_id: int, step_id: int,
                   tasks_per_node: int = 1) -> list[str] | None:
+        """A command that SIGKILLs the container (every task's, up to `tasks_per_node` on
+        a node) without the anchor (None if impossible)."""
         return self.signal_argv(job_id, step_id, int(signal.SIGKILL), tasks_per_node)
+
+    def abandon_script(self, alloc: Allocation, step_id: int) -> str | None:
+        per_node = parse.max_tasks_per_node(alloc.env.get("SLURM_TASKS_PER_NODE", "1"))
+        argv = self.kill_argv(alloc.job_id, step_id, per_node)
+        return None if argv is None else f"timeout 30 {shlex.join(argv)}\n"
 
     def command_argv(self, job_id: int, command: str) -> list[str]:
         return slurm_argv.build_command_step_argv(

@@ -47,8 +47,8 @@ class PyslurmSlurm:
     # ---- on the client commands: salloc and srun -------------------------------------------
     def allocate(self, opts: Sequence[str], env: dict[str, str],
                  on_job_id: Callable[[int], None], timeout_s: float | None,
-                 cancel: Cancel) -> Allocation:
-        return self.cli.allocate(opts, env, on_job_id, timeout_s, cancel)
+                 cancel: Cancel, abandon_file: str | None = None) -> Allocation:
+        return self.cli.allocate(opts, env, on_job_id, timeout_s, cancel, abandon_file)
 
     def wait_ended(self, alloc: Allocation, cancel: Cancel) -> None:
         self.cli.wait_ended(alloc, cancel)
@@ -62,9 +62,8 @@ class PyslurmSlurm:
     def launch_step(self, req: StepRequest) -> Step:
         return self.cli.launch_step(req)
 
-    def kill_argv(self, job_id: int, step_id: int,
-                  tasks_per_node: int = 1) -> list[str] | None:
-        return self.cli.kill_argv(job_id, step_id, tasks_per_node)
+    def abandon_script(self, alloc: Allocation, step_id: int) -> str | None:
+        return self.cli.abandon_script(alloc, step_id)
 
     def command_argv(self, job_id: int, command: str) -> list[str]:
         return self.cli.command_argv(job_id, command)

@@ -192,9 +192,8 @@ class TestImageEnvironment:
 
 # scrun-py with another directory standing for the system's slurm.conf directory: the
 # tests cannot write /etc/slurm on a machine that other test sessions share.
-WRAPPER = ("import sys; from pathlib import Path; from scrun_py import quick, site_conf; "
-           "d = Path(sys.argv.pop(1)); site_conf.DEFAULT_SLURM_CONF = d / 'slurm.conf'; "
-           "quick.SYSTEM_SITE_FILE = str(d / 'scrun-py.toml'); "
+WRAPPER = ("import sys; from scrun_py import layout; "
+           "layout.DEFAULT_SLURM_CONF = sys.argv.pop(1) + '/slurm.conf'; "
            "from scrun_py.entry import main; main()")
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from scrun_py import logs, spool
 from scrun_py.anchor.container import Container
-from scrun_py.anchor.lifecycle import Ev, Lifecycle
+from scrun_py.anchor.lifecycle import Lifecycle, Occurrence
 from scrun_py.anchor.spec import AnchorSpec, BundleInfo, ConfigInfo, ProcessInfo
 from scrun_py.anchor.table import Event, Phase
 from scrun_py.errors import AllocationFailed, ScrunError, StepLaunchFailed
@@ -122,7 +122,7 @@ class Harness:
             nxt is phase for _, _, nxt in lc.trace[start:]), f"phase {phase}")
 
     def signal_anchor(self, sig: int = 15) -> None:
-        self.lc.post(Ev(Event.ANCHOR_SIGNAL, code=128 + sig, sig=sig,
+        self.lc.post(Occurrence(Event.ANCHOR_SIGNAL, code=128 + sig, sig=sig,
                         reason=f"anchor signal {sig}"))
 
     def trigger(self, event: Event) -> None:
@@ -132,7 +132,7 @@ class Harness:
             if lc.phase is Phase.CREATING:
                 fake.open("allocate")
             else:  # only a race with a stop request gets here: fire it as the race would
-                lc.fire(Ev(Event.CREATED_OK))
+                lc.fire(Occurrence(Event.CREATED_OK))
         elif event is Event.CREATE_FAILED:
             if lc.phase is Phase.CREATING:
                 fake.fail["allocate"] = AllocationFailed("job allocation failed: no")
@@ -159,7 +159,7 @@ class Harness:
         elif event is Event.ANCHOR_SIGNAL:
             self.signal_anchor()
         elif event is Event.TIME_LIMIT:  # the timer itself: test_time_limit_*
-            lc.fire(Ev(Event.TIME_LIMIT, code=143, reason="time limit reached"))
+            lc.fire(Occurrence(Event.TIME_LIMIT, code=143, reason="time limit reached"))
         elif event is Event.CLEANED:
             fake.open("release")
 

@@ -18,8 +18,8 @@ from typing import Any
 
 from scrun_py.anchor.table import FATAL_BY_DEFAULT
 from scrun_py.errors import AllocationFailed
-from scrun_py.hooks.lua import HookContext
-from scrun_py.slurm.backend import Allocation, JobInfo, SlurmBackend, StepRequest
+from scrun_py.hooks.interface import HookContext
+from scrun_py.slurm.backend import Allocation, JobInfo, SlurmBackend, StepExit, StepRequest
 from scrun_py.threads import Cancel, Cancelled
 
 GATE_TIMEOUT_S = 60.0  # a held call never outlives a test
@@ -37,14 +37,19 @@ class FakeStep:
     def __init__(self) -> None:
         self.pid = 4242
         self.returncode: int | None = None
+        self._why: tuple[str | None, bool] = (None, False)
         self._done = threading.Event()
 
-    def wait(self, timeout_s: float | None = None) -> int | None:
+    def wait(self, timeout_s: float | None = None) -> StepExit | None:
         self._done.wait(timeout_s)
-        return self.returncode
+        return None if self.returncode is None else StepExit(self.returncode, *self._why)
 
-    def exit(self, returncode: int) -> None:
+    def exit(self, returncode: int, not_created: str | None = None,
+             retry: bool = False) -> None:
+        """End the step (`not_created`: as one Slurm never created, `retry` if it may
+        work later)."""
         if self.returncode is None:
+            self._why = (not_created, retry)
             self.returncode = returncode
             self._done.set()
 
@@ -95,7 +100,7 @@ class FakeSlurm:
     # ---- SlurmBackend --------------------------------------------------------------------
     def allocate(self, opts: Sequence[str], env: dict[str, str],
                  on_job_id: Callable[[int], None], timeout_s: float | None,
-                 cancel: Cancel) -> Allocation:
+                 cancel: Cancel, abandon_file: str | None = None) -> Allocation:
         on_job_id(self.job_id)
         try:
             self._call("allocate", tuple(opts), cancel=cancel)
@@ -143,9 +148,8 @@ class FakeSlurm:
         if self.step is not None and not self.ignore_signals and sig in FATAL_BY_DEFAULT:
             self.step.exit(-sig)
 
-    def kill_argv(self, job_id: int, step_id: int,
-                  tasks_per_node: int = 1) -> list[str] | None:
-        return ["kill-container", str(job_id), str(step_id)]
+    def abandon_script(self, alloc: Allocation, step_id: int) -> str | None:
+        return f"kill-container {alloc.job_id} {step_id}\n"
 
     def command_argv(self, job_id: int, command: str) -> list[str]:
         return ["on-nodes", str(job_id), command]

@@ -18,11 +18,12 @@ from typing import Any
 
 import pytest
 
-from scrun_py import client, spool
+from scrun_py import spool
 from scrun_py.anchor import __main__ as anchor_main
 from scrun_py.anchor import readiness
 from scrun_py.anchor.signals import HANDLED
 from scrun_py.anchor.spec import AnchorSpec, BundleInfo, ConfigInfo, ProcessInfo
+from scrun_py.container import Container
 from scrun_py.errors import AllocationFailed, ContainerStillRunning, ProtocolError
 from scrun_py.slurm import cli_backend
 from tests.unit.anchor_harness import quiet_logger
@@ -68,7 +69,7 @@ def make_spec(tmp: Path, ready_fd: int, **runtime: Any) -> AnchorSpec:
 
 
 def request(root: Path, kind: str, **fields: Any) -> dict[str, Any]:
-    return client.request(root, CID, kind, timeout_s=5, **fields)
+    return Container(str(root), CID).request(kind, 5, **fields)
 
 
 @pytest.fixture(autouse=True)
@@ -107,8 +108,8 @@ def run_anchor(spec: AnchorSpec, engine: Callable[[], None] | None = None) -> in
 class TestAnchorProcess:
     def test_lifecycle_over_the_socket(self, tmp_path: Path, fake: FakeSlurm,
                                        pipe: tuple[int, int]) -> None:
-        """ready → state → start → kill 0 → delete refused → the step exits 7 → the
-        anchor returns 7."""
+        """ready → the record says created → start → kill 0 → delete refused → the step
+        exits 7 → the anchor returns 7."""
         spec = make_spec(tmp_path, pipe[1], runtime_kill="crun kill %n.%u.%j.%s.%t")
         root = Path(spec.root)
 
@@ -116,8 +117,8 @@ class TestAnchorProcess:
             ready = readiness.read_result(pipe[0], 5)
             assert ready is not None
             assert (True, os.getpid()) == (ready["ok"], ready["pid"])
-            state = request(root, "state")
-            assert ("created", 77) == (state["status"], state["job_id"])
+            record = Container(str(root), CID).record()
+            assert ("created", 77) == (record.status, record.job_id)
             assert 77 == request(root, "start")["job_id"]
             request(root, "kill", signal=0)
             with pytest.raises(ContainerStillRunning, match="not stopped: running"):

@@ -17,7 +17,7 @@ from unittest import mock
 
 import pytest
 
-from scrun_py import OCI_SPEC_VERSION, __version__, spool, store
+from scrun_py import OCI_SPEC_VERSION, __version__, procs, spool
 from scrun_py.settings import Invocation
 from tests.unit.cli_run import run, stored
 
@@ -221,7 +221,7 @@ class TestStoredContainer:
     def test_state_live_anchor(self, tmp_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
         """`state` of a record whose anchor (this process) is alive shows status and pid."""
         pid = os.getpid()
-        stored(tmp_root, "created", pid, anchor_start=store.process_start_time(pid))
+        stored(tmp_root, "created", pid, anchor_start=procs.process_start_time(pid))
         assert 0 == run(["--root", str(tmp_root), "state", "c1"])
         doc = json.loads(capsys.readouterr().out)
         assert ("created", pid) == (doc["status"], doc["pid"])
@@ -301,7 +301,7 @@ class TestWiring:
         with mock.patch("scrun_py.commands.create.run") as verb:
             assert 0 == run(["--root", str(tmp_root), "create", *ignored, "--bundle", "/b",
                              "--pid-file", "/p", "--console-socket", "/c", "c1"])
-        assert ("c1", "/b", "/p", "/c") == verb.call_args.args[1:]
+        assert ("c1", "/b", "/p", "/c", None) == verb.call_args.args[1:]
 
     def test_internal_error_is_one_line(self, tmp_root: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:

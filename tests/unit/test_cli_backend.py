@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from scrun_py.errors import AllocationFailed, StepLaunchFailed
-from scrun_py.slurm import cli_backend, cli_parts
-from scrun_py.slurm.backend import StepRequest
+from scrun_py.slurm import cli_backend, salloc_holder
+from scrun_py.slurm.backend import Allocation, StepRequest
 from scrun_py.slurm.cli_backend import CliSlurm
 from scrun_py.threads import Cancel, Cancelled
 
@@ -32,6 +32,7 @@ SLURM_JOB_ID=55 exec "$@"
 SRUN = """#!/bin/sh
 if [ "$1" = "--version" ]; then echo "slurm $VERSION"; exit 0; fi
 echo "srun $*" >> "$LOG"
+[ -n "$SRUN_STDERR" ] && printf '%s\n' "$SRUN_STDERR" >&2
 exit "${SRUN_RC:-0}"
 """
 SQUEUE = """#!/bin/sh
@@ -60,7 +61,7 @@ def bin_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("LOG", str(tmp_path / "log"))
     monkeypatch.setenv("VERSION", "22.05.8")
     monkeypatch.setenv("JOB_STATE", "RUNNING")
-    for var in ("SALLOC_FAIL", "SALLOC_HANG", "SRUN_RC"):
+    for var in ("SALLOC_FAIL", "SALLOC_HANG", "SRUN_RC", "SRUN_STDERR"):
         monkeypatch.delenv(var, raising=False)
     return d
 
@@ -154,7 +155,7 @@ class TestStep:
 
         def body() -> None:
             step = backend(bin_dir).launch_step(req)
-            assert 0 == step.wait()
+            assert (0, None, False) == step.wait()
 
         body()
         line = logged(bin_dir)[-1]
@@ -180,7 +181,28 @@ class TestStep:
                     "not from root.path '.'") == str(info.value)
             assert not [line for line in logged(bin_dir) if line.startswith("srun --jobid")]
         else:
-            assert 0 == backend(bin_dir).launch_step(req).wait()
+            assert (0, None, False) == backend(bin_dir).launch_step(req).wait()
+
+    @pytest.mark.parametrize(("line", "rc", "outcome", "passed_on"), [
+        ("srun: error: Unable to create step for job 55: Connection refused", 1,
+         (1, "Connection refused", True), True),
+        ("srun: error: Unable to create step for job 55: Invalid partition", 1,
+         (1, "Invalid partition", False), True),
+        ("srun: error: node1: task 0: Exited with exit code 3", 3, (3, None, False), False),
+        ("an error of the container's", 2, (2, None, False), True),
+    ])
+    def test_outcome_and_stderr(self, bin_dir: Path, tmp_path: Path,
+                                monkeypatch: pytest.MonkeyPatch, line: str, rc: int,
+                                outcome: tuple[int, str | None, bool], passed_on: bool) -> None:
+        """Step.wait() says whether Slurm never created the step (and whether trying
+        again may work); srun's exit report is kept off the container's stderr."""
+        monkeypatch.setenv("SRUN_STDERR", line)
+        monkeypatch.setenv("SRUN_RC", str(rc))
+        with open(tmp_path / "stderr", "w+b") as err:
+            req = StepRequest(job_id=55, container_id="c1", bundle="/b", args=["true"],
+                              env=dict(os.environ), stdio=(0, 1, err.fileno()))
+            assert outcome == tuple(backend(bin_dir).launch_step(req).wait() or ())
+        assert (line + "\n" if passed_on else "") == (tmp_path / "stderr").read_text()
 
     def test_launch_fails(self, tmp_path: Path) -> None:
         req = StepRequest(job_id=1, container_id="c1", bundle="/b", args=["true"], env={})
@@ -224,6 +246,18 @@ class TestStep:
         assert backend(bin_dir, kill="crun kill %x").kill_argv(55, 2) is None
         assert ["/bin/sh", "-c", "hostname"] == slurm.command_argv(55, "hostname")[-3:]
 
+    def test_abandon_script(self, bin_dir: Path) -> None:
+        """The kill command under a 30 s timeout, for the most tasks a node of the
+        allocation has (SLURM_TASKS_PER_NODE); None where the kill cannot be built."""
+        import shlex
+
+        alloc = Allocation(55, {"SLURM_TASKS_PER_NODE": "1,3(x2)"}, True)
+        kill = backend(bin_dir).kill_argv(55, 2, 3)
+        assert kill is not None
+        assert f"timeout 30 {shlex.join(kill)}\n" == backend(bin_dir).abandon_script(alloc, 2)
+        assert kill != backend(bin_dir).kill_argv(55, 2, 1)
+        assert backend(bin_dir, kill="crun kill %x").abandon_script(alloc, 2) is None
+
     def test_cancel(self, bin_dir: Path) -> None:
         backend(bin_dir).cancel(55, 0)
         assert "scancel 55.0" == logged(bin_dir)[-1]
@@ -233,18 +267,18 @@ class TestSallocDirectory:
     """The job's WorkDir is salloc's working directory."""
 
     def test_working_dir_option(self, tmp_path: Path) -> None:
-        assert str(tmp_path) == cli_parts.salloc_cwd([f"--chdir={tmp_path}", "-N1"])
+        assert str(tmp_path) == salloc_holder.salloc_cwd([f"--chdir={tmp_path}", "-N1"])
 
     def test_callers_directory_kept(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                     ) -> None:
         monkeypatch.chdir(tmp_path)
-        assert cli_parts.salloc_cwd(["-N1"]) is None
+        assert salloc_holder.salloc_cwd(["-N1"]) is None
 
     def test_unusable_directory_becomes_tmp(self, tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.chdir(tmp_path)
-        monkeypatch.setattr(cli_parts.os, "access", lambda path, mode: False)
-        assert "/tmp" == cli_parts.salloc_cwd([])
+        monkeypatch.setattr(os, "access", lambda path, mode: False)
+        assert "/tmp" == salloc_holder.salloc_cwd([])
 
     def test_removed_directory_becomes_tmp(self, tmp_path: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
@@ -252,4 +286,4 @@ class TestSallocDirectory:
         gone.mkdir()
         monkeypatch.chdir(gone)
         gone.rmdir()
-        assert "/tmp" == cli_parts.salloc_cwd([])
+        assert "/tmp" == salloc_holder.salloc_cwd([])

@@ -3,7 +3,7 @@
 Without --force the anchor decides from its lifecycle phase (a running container is
 refused with runc's words, a created one is killed and deleted); the client only falls
 back on its own when the anchor cannot answer.  The anchor here is this test process
-(alive, with its real start time); its answers are stubbed at `client.request`.
+(alive, with its real start time); its answers are stubbed at `Container.request`.
 """
 
 # Expected value first, as everywhere in our tests (hence SIM300 is off for tests/).
@@ -16,8 +16,9 @@ from unittest import mock
 
 import pytest
 
-from scrun_py import spool, store
+from scrun_py import procs, spool
 from scrun_py.commands import delete
+from scrun_py.container import Container
 from scrun_py.errors import AnchorUnreachable, ContainerStillRunning
 from tests.unit.cli_run import run, stored
 
@@ -32,7 +33,7 @@ RUNC_REFUSAL = "cannot delete container c1 that is not stopped: running"
 def _live(root: Path, status: str) -> Path:
     """A record whose anchor is this (live) process."""
     pid = os.getpid()
-    return stored(root, status, pid, anchor_start=store.process_start_time(pid))
+    return stored(root, status, pid, anchor_start=procs.process_start_time(pid))
 
 
 class TestDelete:
@@ -41,10 +42,10 @@ class TestDelete:
         """delete of a running container asks the anchor (force=False) and shows its
         refusal, runc's exact message, on one line; nothing is removed."""
         cdir = _live(tmp_root, "running")
-        with mock.patch("scrun_py.client.request",
-                        side_effect=ContainerStillRunning("c1")) as request:
+        with mock.patch.object(Container, "request",
+                               side_effect=ContainerStillRunning("c1")) as request:
             assert 1 == run(["--root", str(tmp_root), "delete", "c1"])
-        assert [mock.call(tmp_root, "c1", "delete", timeout_s=None, force=False)] == (
+        assert [mock.call("delete", None, force=False)] == (
             request.call_args_list)
         err = capsys.readouterr().err
         assert RUNC_REFUSAL in err
@@ -57,7 +58,7 @@ class TestDelete:
         and removes every trace."""
         cdir = _live(tmp_root, "created")
         argv = ["--root", str(tmp_root), "delete", *(["--force"] if force else []), "c1"]
-        with mock.patch("scrun_py.client.request", return_value={}) as request, \
+        with mock.patch.object(Container, "request", return_value={}) as request, \
                 mock.patch.object(delete, "_wait_anchor_exit"):
             assert 0 == run(argv)
         assert force == request.call_args.kwargs["force"]
@@ -66,7 +67,7 @@ class TestDelete:
     def test_running_force(self, tmp_root: Path) -> None:
         """delete --force of a running container goes through the anchor and succeeds."""
         cdir = _live(tmp_root, "running")
-        with mock.patch("scrun_py.client.request", return_value={}) as request, \
+        with mock.patch.object(Container, "request", return_value={}) as request, \
                 mock.patch.object(delete, "_wait_anchor_exit"):
             assert 0 == run(["--root", str(tmp_root), "delete", "--force", "c1"])
         assert request.call_args.kwargs["force"] is True
@@ -79,7 +80,7 @@ class TestDelete:
         container without --force: runc's refusal, everything kept."""
         cdir = _live(tmp_root, "running")
         monkeypatch.setattr(delete, "ANCHOR_EXIT_WAIT_S", 0.0)
-        with mock.patch("scrun_py.client.request", side_effect=AnchorUnreachable("gone")):
+        with mock.patch.object(Container, "request", side_effect=AnchorUnreachable("gone")):
             assert 1 == run(["--root", str(tmp_root), "delete", "c1"])
         assert RUNC_REFUSAL in capsys.readouterr().err
         assert (cdir / spool.STATE_FILE).exists()

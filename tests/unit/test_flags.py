@@ -1,4 +1,4 @@
-"""Every flag and verb of runc 1.1, crun 1.8 and Slurm's scrun, driven from flags.py (issue 13.4).
+"""Every flag and verb of runc 1.1, crun 1.8 and Slurm's scrun, driven from flags.py.
 
 The CLI runs in-process through `cli.main(argv)`; the verbs' `run` functions are
 replaced by mocks (mocks only for wiring), so no anchor starts.
@@ -19,8 +19,8 @@ import pytest
 from scrun_py import cli, flags
 from tests.unit.cli_run import run
 
-# What each runtime's own option parser declares (runc v1.1 main.go and the verb files,
-# crun 1.8 src/*.c argp tables, Slurm's scrun getopt tables), read from their sources.
+# What each runtime's own option parser declares (runc 1.1, crun 1.8, Slurm's scrun),
+# as read from their sources.
 UPSTREAM: dict[str, dict[str, set[str]]] = {
     "runc": {
         "": {"--debug", "--log", "--log-format", "--root", "--criu", "--systemd-cgroup",

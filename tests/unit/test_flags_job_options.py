@@ -1,4 +1,4 @@
-"""SCRUN_* variables that are read but not applied are never dropped silently (issue 13.7)."""
+"""SCRUN_* variables that are read but not applied are never dropped silently."""
 
 # Expected value first, as everywhere in our tests (hence SIM300 is off for tests/).
 

@@ -1,4 +1,4 @@
-"""--pid-file is locked while it is written, as scrun(1) says (issue 13.6)."""
+"""--pid-file is locked while it is written, as scrun(1) says."""
 
 # Expected value first, as everywhere in our tests (hence SIM300 is off for tests/).
 

@@ -19,7 +19,7 @@ PACKAGE_DIR = Path(__file__).resolve().parents[2] / "scrun_py"
 
 # The `python -m scrun_py` entry point is the one module that may import the CLI.
 CLI_ENTRY_POINTS = {"scrun_py.__main__", "scrun_py.entry"}
-PURE_MODULES = ["scrun_py.protocol", "scrun_py.patterns", "scrun_py.oci.state",
+PURE_MODULES = ["scrun_py.protocol", "scrun_py.patterns", "scrun_py.fastjson", "scrun_py.layout",
                 "scrun_py.slurm.argv", "scrun_py.slurm.options", "scrun_py.status",
                 "scrun_py.signames", "scrun_py.policy", "scrun_py.slurm.parse",
                 "scrun_py.anchor.table", "scrun_py.trust"]
@@ -122,17 +122,17 @@ class TestImportParser:
     def test_finds_every_module(self) -> None:
         """The scan sees the package's modules, including nested ones."""
         modules = _modules()
-        assert {"scrun_py", "scrun_py.cli", "scrun_py.oci.state", "scrun_py.hooks.lua",
+        assert {"scrun_py", "scrun_py.cli", "scrun_py.oci.bundle", "scrun_py.hooks.lua",
                 *PURE_MODULES} <= set(modules)
 
     def test_sees_lazy_and_dynamic_imports(self) -> None:
         """Imports inside functions and import_module(f"lupa.…") are found."""
-        assert "scrun_py.commands.state" in imports_of("scrun_py.cli")
+        assert "scrun_py.commands.run" in imports_of("scrun_py.cli")
         assert _names(imports_of(LUPA_MODULE), "lupa")
 
     def test_from_package_import_submodule(self) -> None:
-        """`from scrun_py import store` counts as importing scrun_py.store."""
-        assert "scrun_py.store" in imports_of("scrun_py.commands.state")
+        """`from scrun_py import fastjson` counts as importing scrun_py.fastjson."""
+        assert "scrun_py.fastjson" in imports_of("scrun_py.protocol")
 
 
 class TestDependencyDirection:
@@ -160,6 +160,24 @@ class TestDependencyDirection:
         assert [] == offenders
 
 
+class TestSlurmBoundary:
+    """Only scrun_py/slurm/ knows Slurm's command lines and output: the anchor and the
+    verbs go through a backend (or slurm/cancel.py, slurm/stderr_filter.py)."""
+
+    SEALED = ("scrun_py.slurm.argv", "scrun_py.slurm.parse")
+
+    def test_anchor_and_commands_do_not_import_argv_or_parse(self) -> None:
+        offenders = sorted(f"{m} imports {name}" for m in _modules()
+                           if m.startswith(("scrun_py.anchor", "scrun_py.commands"))
+                           for name in imports_of(m) if name in self.SEALED)
+        assert [] == offenders
+
+    def test_the_check_sees_an_import(self) -> None:
+        """`from scrun_py.slurm import argv, parse` (the CLI backend's way) is seen, else
+        the check above proves nothing."""
+        assert set(self.SEALED) <= imports_of("scrun_py.slurm.cli_backend")
+
+
 class TestAnchorStaysLean:
     def test_anchor_does_not_import_heavy_modules(self) -> None:
         """The anchor (one per container) gets validated data from create, so it never
@@ -183,6 +201,50 @@ class TestAnchorStaysLean:
         loaded = {name for name in out if any(name.startswith(h) for h in heavy)}
         assert set() == loaded
         assert "scrun_py" in out  # the probe ran
+
+
+class TestNoClickVerbsStayLean:
+    """`state` is polled and engines run `start` and `delete` once per container: the
+    console script runs them without click, and imports for them no more than the
+    container handle needs (the modules listed here, against a bare interpreter).  A
+    failure may import more (the fatal path writes its record with json)."""
+
+    ALLOWED = frozenset({
+        "scrun_py", "scrun_py.entry", "scrun_py.cmdline", "scrun_py.argv_table",
+        "scrun_py.settings", "scrun_py.layout", "scrun_py.commands", "scrun_py.commands.state",
+        "scrun_py.commands.delete", "scrun_py.container", "scrun_py.fastjson",
+        "scrun_py.errors", "scrun_py.procs", "_json",
+        # every module's `from __future__ import annotations`; a venv whose start-up
+        # imports it already (some .pth files do) has it in the bare set
+        "__future__"})
+
+    @staticmethod
+    def _imported(*code: str) -> set[str]:
+        import subprocess
+        import sys
+
+        res = subprocess.run([sys.executable, "-X", "importtime", "-c", "\n".join(code)],
+                             capture_output=True, text=True, check=False, timeout=60)
+        return {line.rpartition("|")[2].strip() for line in res.stderr.splitlines()
+                if line.startswith("import time:") and "|" in line} - {"package"}
+
+    @pytest.mark.parametrize("argv", [["state", "c1"], ["delete", "c1"],
+                                      ["delete", "--force", "ghost"]])
+    def test_import_set(self, tmp_path: Path, argv: list[str]) -> None:
+        import json
+
+        cdir = tmp_path / "c1"
+        cdir.mkdir(mode=0o700)
+        (cdir / "state.json").write_text(json.dumps(
+            {"id": "c1", "bundle": "/b", "rootfs": "/b/r", "status": "stopped"}))
+        bare = self._imported("pass")
+        used = self._imported(
+            "import sys",
+            f"sys.argv = ['scrun-py', '--root', {str(tmp_path)!r}, '--log', "
+            f"{str(tmp_path / 'log')!r}, '--log-format', 'json', *{argv!r}]",
+            "from scrun_py.entry import main", "main()")
+        assert "scrun_py.commands" in used  # the probe ran the verb
+        assert set() == used - bare - self.ALLOWED
 
 
 class TestPyslurmIsLazy:

@@ -1,4 +1,4 @@
-"""The diagnostics ladder of scrun(1), from every place a level can be set (issue 13.1, 13.6).
+"""The diagnostics ladder of scrun(1), from every place a level can be set.
 
 quiet, fatal, error, info, verbose, debug, debug2..debug5: SCRUN_DEBUG,
 SCRUN_STDERR_DEBUG, SCRUN_FILE_DEBUG, SCRUN_SYSLOG_DEBUG, --log-level, --debug, -v and
@@ -135,8 +135,8 @@ class TestSources:
             logs.env_levels({}, debug=False, verbosity=0, overrides={"stderr": "loud"})
 
 
-class TestIssueReproductions:
-    """The settings that made create fail with a KeyError traceback (issue 13.1): the
+class TestSettingsThatOnceFailed:
+    """The settings that made create fail with a KeyError traceback: the
     anchor's own logging setup, with a record at and below the level."""
 
     @pytest.mark.parametrize(("env", "debug", "verbosity", "overrides", "sink", "word"), [

@@ -15,7 +15,7 @@ import pytest
 from scrun_py import procs
 from scrun_py.anchor import job as job_mod
 from scrun_py.anchor import lifecycle
-from scrun_py.anchor.lifecycle import Ev
+from scrun_py.anchor.lifecycle import Occurrence
 from scrun_py.anchor.table import TABLE, Event, Phase
 from scrun_py.errors import (
     AllocationFailed,
@@ -63,7 +63,7 @@ class TestTable:
         def body() -> None:
             h = Harness(tmp_path)
             h.created()
-            assert (None, None) == h.lc.fire(Ev(Event.LAUNCHED))
+            assert (None, None) == h.lc.fire(Occurrence(Event.LAUNCHED))
             assert Phase.CREATED is h.lc.phase
             h.finish()
 
@@ -526,13 +526,13 @@ class TestJobAndStep:
         run(body)
 
     def test_abandon_script(self, tmp_path: Path) -> None:
-        """Once the step runs, the holder's on-abandon script kills it through the runtime."""
+        """Once the step runs, the holder's on-abandon script is the backend's."""
         def body() -> None:
             h = Harness(tmp_path)
             h.drive(Phase.RUNNING)
             script = h.dir / "on-abandon.sh"
             h.until(script.exists, "on-abandon.sh")
-            assert "timeout 30 kill-container 77 0\n" == script.read_text()
+            assert "kill-container 77 0\n" == script.read_text()
             h.finish()
 
         run(body)
@@ -545,7 +545,6 @@ class TestJobAndStep:
             env = h.fake.launches[0].env
             assert ("77", CID, str(h.dir)) == (env["SLURM_JOB_ID"], env["SCRUN_CONTAINER_ID"],
                                                env["SCRUN_SPOOL_DIR"])
-            assert job_mod.STDERR_DRAIN_S > 0
             h.finish()
 
         run(body)
@@ -556,15 +555,13 @@ class TestStepNotCreated:
     restarting): the container never ran, so the step is launched again."""
 
     @staticmethod
-    def _failing_first_launch(h: Harness, reason: str) -> None:
+    def _failing_first_launch(h: Harness, reason: str, retry: bool = True) -> None:
         launch = h.fake.launch_step
 
         def launch_step(req: StepRequest) -> FakeStep:
             step = launch(req)
             if len(h.fake.launches) == 1:
-                os.write(req.stdio[2], b"srun: error: Unable to create step for job 7: "
-                         + reason.encode() + b"\n")
-                step.exit(1)
+                step.exit(1, not_created=reason, retry=retry)
             return step
 
         h.fake.launch_step = launch_step  # type: ignore[method-assign]
@@ -589,7 +586,8 @@ class TestStepNotCreated:
 
         def body() -> None:
             h = Harness(tmp_path)
-            self._failing_first_launch(h, "Requested node configuration is not available")
+            self._failing_first_launch(h, "Requested node configuration is not available",
+                                       retry=False)
             h.drive(Phase.RUNNING)
             assert 1 == h.lc.wait_stopped()
             assert 1 == len(h.fake.launches)

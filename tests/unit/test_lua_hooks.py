@@ -23,15 +23,8 @@ from structlog.testing import capture_logs
 
 from scrun_py.errors import HookError
 from scrun_py.flags import LADDER
-from scrun_py.hooks.lua import (
-    DEFAULT_LUA,
-    HookContext,
-    LuaHooks,
-    NoHooks,
-    find_script,
-    load_hooks,
-    lupa_module_name,
-)
+from scrun_py.hooks.interface import HookContext, NoHooks, find_script, load_hooks
+from scrun_py.hooks.lua import DEFAULT_LUA, LuaHooks, lupa_module_name
 from scrun_py.hooks.spec import SLURM_CONSTANTS
 from scrun_py.logs import LEVEL_KEY, LEVELS, Sinks, configure_structlog
 
@@ -450,7 +443,7 @@ class TestLogging:
     def test_each_log_function_at_its_own_level(self, lua_script: LuaScript, tmp_path: Path,
                                                 call: str, word: str) -> None:
         """Through the real sinks, slurm.log_<level> writes a record at exactly that level:
-        a --log file at that level gets it, one a step less verbose does not (issue 13.6)."""
+        a --log file at that level gets it, one a step less verbose does not."""
         got: dict[str, list[str]] = {}
         for file_word in (word, LADDER[LADDER.index(word) - 1]):
             log = tmp_path / f"{call}-{file_word}.log"
@@ -664,7 +657,8 @@ class TestShippedScripts:
 VERSION_PROBE = """
 import json, sys
 from pathlib import Path
-from scrun_py.hooks.lua import HookContext, LuaHooks
+from scrun_py.hooks.interface import HookContext
+from scrun_py.hooks.lua import LuaHooks
 hooks = LuaHooks.load(Path(sys.argv[1]), sys.argv[2])
 ctx = HookContext("c1", "/b", "/b", "/b/r", "/b/r", "/s/", "/b/config.json", 42, 1000, 1000,
                   {"A": "1"}, lambda cmd: ["/bin/sh", "-c", cmd])

@@ -377,7 +377,7 @@ class TestSupportedBy:
 
     def test_debug_flags_has_no_effect(self) -> None:
         """DebugFlags is accepted but applies to nothing in scrun-py: reported on every
-        release that knows the key (issue 13.6)."""
+        release that knows the key."""
         conf = parse_oci_conf(RUN + "DebugFlags=Steps,Network\n")
         assert "Steps,Network" == conf.debug_flags
         note = ("DebugFlags: has no effect in scrun-py (its anchor runs no Slurm code "

@@ -1,4 +1,4 @@
-"""Unit tests for scrun_py.oci.state: the OCI state document printed by `state`."""
+"""The OCI state document printed by `state` (container.state_document, render)."""
 
 # Expected value first, as everywhere in our tests (hence SIM300 is off for tests/).
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from scrun_py.oci.state import render, state_document
+from scrun_py.container import render, state_document
 from scrun_py.status import Status
 
 KEY_ORDER = ["ociVersion", "id", "status", "pid", "bundle", "annotations", "rootfs", "created",

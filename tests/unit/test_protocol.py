@@ -14,7 +14,7 @@ from scrun_py.errors import ContainerNotRunning, ProtocolError, ScrunError
 
 class TestRequests:
     @pytest.mark.parametrize(("kind", "fields"), [
-        ("state", {}), ("start", {}), ("kill", {"signal": 15}), ("delete", {"force": True}),
+        ("start", {}), ("kill", {"signal": 15}), ("delete", {"force": True}),
     ])
     def test_round_trip(self, kind: str, fields: dict[str, object]) -> None:
         """Every request type decodes back to its type, version and fields."""
@@ -33,6 +33,7 @@ class TestRequests:
 
     @pytest.mark.parametrize("line", [
         b'{"v":1,"type":"exec"}\n', b'{"v":1}\n', b'{"v":1,"type":null}\n',
+        b'{"v":1,"type":"state"}\n',
         b'{"v":1,"type":["kill"]}\n', b'{"v":1,"type":{"a":1}}\n', b'{"v":1,"type":1}\n',
     ])
     def test_decode_unknown_type(self, line: bytes) -> None:
@@ -42,14 +43,14 @@ class TestRequests:
 
     def test_unicode_survives(self) -> None:
         """Non-ASCII field values round-trip."""
-        decoded = protocol.decode_request(protocol.encode_request("state", note="café ☃"))
+        decoded = protocol.decode_request(protocol.encode_request("kill", note="café ☃"))
         assert "café ☃" == decoded["note"]
 
 
 class TestVersion:
     @pytest.mark.parametrize("line", [
-        b'{"v":2,"type":"state"}\n', b'{"type":"state"}\n', b'{"v":"1","type":"state"}\n',
-        b'{"v":true,"type":"state"}\n', b'{"v":1.0,"type":"state"}\n', b'{"v":0,"ok":true}\n',
+        b'{"v":2,"type":"start"}\n', b'{"type":"start"}\n', b'{"v":"1","type":"start"}\n',
+        b'{"v":true,"type":"start"}\n', b'{"v":1.0,"type":"start"}\n', b'{"v":0,"ok":true}\n',
     ])
     def test_wrong_version(self, line: bytes) -> None:
         """Anything but the integer version 1 is rejected, including true and 1.0."""

@@ -312,7 +312,10 @@ class TestChoice:
                 == chosen.reason)
         # the same release, or a client release that cannot be told: pyslurm is loaded
         for client in ((25, 11), None):
-            chosen = choice.choose("auto", None, lambda c=client: c)
+            def release(c: tuple[int, int] | None = client) -> tuple[int, int] | None:
+                return c
+
+            chosen = choice.choose("auto", None, release)
             assert "cli" == chosen.name and chosen.reason.endswith("must not be loaded")
         assert [None, None] == loads
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from scrun_py import spool
-from scrun_py.errors import ContainerExists, InvalidContainerId, ScrunError
+from scrun_py.container import Container
+from scrun_py.errors import AnchorUnreachable, ContainerExists, InvalidContainerId, ScrunError
 
 SUN_PATH_MAX = 107  # usable bytes of sockaddr_un.sun_path (108 with the NUL)
 
@@ -225,6 +226,12 @@ class TestPidFile:
         assert [] == os.listdir(tmp_path)
 
 
+def _connect(cdir: Path) -> socket.socket:
+    """The container handle's connection to the anchor socket in `cdir`."""
+    sock: socket.socket = Container(str(cdir.parent), cdir.name).connect()
+    return sock
+
+
 @pytest.fixture
 def listener(long_root: Path) -> Iterator[tuple[Path, socket.socket]]:
     cdir = spool.make_container_dir(long_root, "c1")
@@ -240,7 +247,7 @@ class TestSockets:
         """bind() and connect() work although the socket path is far beyond sun_path."""
         cdir, server = listener
         assert len(os.fsencode(cdir / spool.SOCKET_NAME)) > SUN_PATH_MAX
-        with spool.connect(cdir, timeout_s=2.0) as client:
+        with _connect(cdir) as client:
             conn, _ = server.accept()
             with conn:
                 client.sendall(b"ping\n")
@@ -259,31 +266,31 @@ class TestSockets:
         """Binding again over a stale socket file (old anchor gone) succeeds."""
         cdir, first = listener
         first.close()
-        with spool.bind(cdir) as again, spool.connect(cdir, timeout_s=2.0):
+        with spool.bind(cdir) as again, _connect(cdir):
             conn, _ = again.accept()
             conn.close()
 
     def test_connect_without_socket(self, long_root: Path) -> None:
-        """Connecting where no socket file exists raises FileNotFoundError."""
+        """Connecting where no socket file exists: no anchor runs."""
         cdir = spool.make_container_dir(long_root, "c2")
-        with pytest.raises(FileNotFoundError):
-            spool.connect(cdir, timeout_s=1.0)
+        with pytest.raises(AnchorUnreachable):
+            _connect(cdir)
 
     def test_connect_to_stale_socket(self, listener: tuple[Path, socket.socket]) -> None:
         """Connecting to a socket file with no listener behind it is refused."""
         cdir, server = listener
         server.close()
-        with pytest.raises(ConnectionRefusedError):
-            spool.connect(cdir, timeout_s=1.0)
+        with pytest.raises(AnchorUnreachable):
+            _connect(cdir)
 
     def test_no_fd_leak(self, listener: tuple[Path, socket.socket]) -> None:
         """connect() and bind() close the directory fd they open."""
         cdir, _ = listener
         before = len(os.listdir("/proc/self/fd"))
         for _ in range(5):
-            spool.connect(cdir, timeout_s=1.0).close()
-        with pytest.raises(FileNotFoundError):
-            spool.connect(cdir.parent / "absent", timeout_s=1.0)
+            _connect(cdir).close()
+        with pytest.raises(AnchorUnreachable):
+            _connect(cdir.parent / "absent")
         assert before == len(os.listdir("/proc/self/fd"))
 
 

@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from scrun_py.hooks.lua import HookContext, LuaHooks
+from scrun_py.hooks.interface import HookContext
+from scrun_py.hooks.lua import LuaHooks
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "lua" / "scrun-staging.lua"
@@ -35,7 +36,8 @@ SQUEUE_GONE = ('#!/bin/sh\n[ "$3" = 42 ] || { echo RUNNING; exit 0; }\n'
 DRIVER = """
 import json, sys
 from pathlib import Path
-from scrun_py.hooks.lua import HookContext, LuaHooks
+from scrun_py.hooks.interface import HookContext
+from scrun_py.hooks.lua import LuaHooks
 args = json.loads(sys.argv[1])
 ctx = HookContext(**args["ctx"], remote_argv=lambda cmd: ["/bin/sh", "-c", cmd])
 LuaHooks.load(Path(args["script"])).stage_in(ctx)

@@ -8,7 +8,8 @@ import os
 
 import pytest
 
-from scrun_py.anchor.stderr_relay import LineFilter, StderrRelay
+from scrun_py.slurm.stderr_filter import LineFilter
+from scrun_py.slurm.stderr_relay import StderrRelay
 
 SRUN_LINE = b"srun: error: vm: task 0: Exited with exit code 3\n"
 

@@ -11,7 +11,8 @@ import pytest
 
 from scrun_py import site_conf, trust
 from scrun_py.errors import ConfigError
-from scrun_py.hooks.lua import LuaHooks, NoHooks, load_hooks
+from scrun_py.hooks.interface import NoHooks, load_hooks
+from scrun_py.hooks.lua import LuaHooks
 from scrun_py.slurm.options import SCRUN_OPTIONS
 
 # Every variable an image's ENV (or `docker run -e`) may not use to steer scrun-py or

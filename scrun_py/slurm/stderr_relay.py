@@ -1,12 +1,9 @@
-"""The container step's stderr, minus srun's own exit report.
+"""The container step's stderr, minus srun's own exit report (which lines those are
+is slurm/stderr_filter.py's to say).
 
-For a task that exits non-zero, srun prints `srun: error: NODE: task 0: Exited with
-exit code N` on its stderr, which is the container's stderr: runc prints nothing
-there, and `docker run`/`podman run` users would see a line their program never
-wrote.  The step's stderr therefore goes through a pipe to this relay, which drops
-exactly that line and passes every other byte through unchanged and unbuffered
-(text without a newline, such as a prompt, is not held back unless it could be the
-start of srun's line).  Not used with a terminal: there the pty carries everything.
+The step's stderr goes through a pipe to this relay, which passes every byte the
+filter lets through on, unchanged and unbuffered.  Not used with a terminal: there
+the pty carries everything.
 
 One daemon thread copies, with blocking writes: an engine that stops reading makes the
 container's stderr writes wait, as they would with the runtime's own pipe, and never
@@ -17,52 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import select
 import threading
 
-from scrun_py.slurm.parse import step_launch_failure
+from scrun_py.slurm.stderr_filter import LineFilter
 
-_SRUN_EXIT = re.compile(rb"srun: error: [^\s:]+: tasks? [0-9,\-]+: Exited with exit code \d+\r?\n")
-_PREFIX = b"srun: error: "
-_MAX_LINE = 512  # srun's line is far shorter; longer text is never held back
 _CHUNK = 65536
 CLOSE_WAIT_S = 1.0
-
-
-class LineFilter:
-    """Pure: feed bytes, get the bytes to pass on."""
-
-    def __init__(self) -> None:
-        self._held = b""
-        # srun's "Unable to create step for job N: REASON" (passed on): the step never ran
-        self.launch_failure: str | None = None
-
-    def feed(self, data: bytes) -> bytes:
-        buf = self._held + data
-        self._held = b""
-        out: list[bytes] = []
-        start = 0
-        while True:
-            nl = buf.find(b"\n", start)
-            if nl < 0:
-                break
-            line = buf[start:nl + 1]
-            if not _SRUN_EXIT.fullmatch(line):
-                out.append(line)
-                if line.startswith(_PREFIX):
-                    self.launch_failure = step_launch_failure(line) or self.launch_failure
-            start = nl + 1
-        rest = buf[start:]
-        if rest and len(rest) < _MAX_LINE and (_PREFIX.startswith(rest[:len(_PREFIX)])):
-            self._held = rest  # may still become srun's line
-        else:
-            out.append(rest)
-        return b"".join(out)
-
-    def finish(self) -> bytes:
-        held, self._held = self._held, b""
-        return held
+DRAIN_S = 5.0  # after srun exits: what the container wrote last still arrives
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -88,8 +47,14 @@ class StderrRelay:
 
     @property
     def launch_failure(self) -> str | None:
-        """srun's reason when it could not create the step (see LineFilter)."""
+        """Slurm's reason when it could not create the step (see LineFilter)."""
         return self._filter.launch_failure
+
+    @property
+    def transient_failure(self) -> bool:
+        """The step was not created because slurmctld did not answer: launching it
+        again later can work (see LineFilter)."""
+        return self._filter.transient_failure
 
     def start(self) -> None:
         """Call once the step has its copy of `write_fd`: ours is closed here."""

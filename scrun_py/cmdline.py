@@ -1,0 +1,204 @@
+"""The command line without click: one parser over the flag table (argv_table.py, which
+flags.py generates), the flags that change nothing but a debug record, and the one
+fatal path of every command.
+
+entry.py parses argv here.  What this parser reads (`create`, `start`, `state`,
+`kill`, `delete` with any of their options) runs without importing click; anything
+else (help, usage, version, the other verbs, anything it cannot read) goes to the
+click CLI (cli.py), which gives the usage errors.  Both run the same verbs
+(commands/), with the same notes (`apply_table`) and the same fatal path (`fail`).
+"""
+
+from __future__ import annotations
+
+from scrun_py.argv_table import ARGS, OPTIONS, ROOTLESS_VALUES
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
+    from scrun_py.settings import Invocation
+
+#: the verbs that run without click
+NO_CLICK_VERBS = ("create", "start", "state", "kill", "delete")
+
+
+class Call:
+    """A parsed command line: the verb, the global options and the verb's options by
+    their dest (only those given), and the positional arguments."""
+
+    __slots__ = ("args", "globals", "options", "verb")
+
+    def __init__(self, verb: str, globals_: dict[str, Any], options: dict[str, Any],
+                 args: list[str]) -> None:
+        self.verb = verb
+        self.globals = globals_
+        self.options = options
+        self.args = args
+
+
+def _option(argv: list[str], i: int, table: Mapping[str, Any],
+            given: dict[str, Any]) -> int | None:
+    """Read the option at argv[i] into `given`; the index after it, or None when the
+    parser does not know it (click then reads the command line and words the error)."""
+    name, eq, value = argv[i].partition("=")
+    spec = table.get(name)
+    if spec is None:
+        return None
+    dest, kind, _effect, _default, _record_name, choices = spec
+    if kind in ("flag", "count"):
+        if eq:
+            return None
+        given[dest] = given.get(dest, 0) + 1 if kind == "count" else True
+        return i + 1
+    if not eq:
+        if kind == "optional" and (i + 1 >= len(argv) or argv[i + 1] not in ROOTLESS_VALUES):
+            given[dest] = "auto"
+            return i + 1
+        if i + 1 >= len(argv):
+            return None
+        value = argv[i + 1]
+        i += 1
+    if choices and value not in choices:
+        return None
+    if kind == "int":
+        try:
+            given[dest] = int(value)
+        except ValueError:
+            return None
+    else:
+        given[dest] = value  # repeated: the last one, as click
+    return i + 1
+
+
+def parse(argv: list[str]) -> Call | None:
+    """`[global options] VERB [options and arguments]` of a verb in NO_CLICK_VERBS, as
+    click would read it (options may follow arguments; `--` ends the options); None
+    for anything else."""
+    globals_: dict[str, Any] = {}
+    i = 0
+    while i < len(argv) and argv[i].startswith("-") and argv[i] != "-":
+        after = _option(argv, i, OPTIONS[""], globals_)
+        if after is None:
+            return None
+        i = after
+    if i >= len(argv) or argv[i] not in NO_CLICK_VERBS:
+        return None
+    verb = argv[i]
+    options: dict[str, Any] = {}
+    args: list[str] = []
+    table = OPTIONS[verb]
+    i += 1
+    while i < len(argv):
+        word = argv[i]
+        if word == "--":
+            args += argv[i + 1:]
+            break
+        if word.startswith("-") and word != "-":
+            after = _option(argv, i, table, options)
+            if after is None:
+                return None
+            i = after
+        else:
+            args.append(word)
+            i += 1
+    wanted = ARGS[verb]
+    if not len([w for w in wanted if not w.endswith("?")]) <= len(args) <= len(wanted):
+        return None
+    return Call(verb, globals_, options, args)
+
+
+def apply_table(inv: Invocation, verb: str, given: Mapping[str, Any]) -> None:
+    """Log each ignored option that was given (at debug; a non-zero --preserve-fds as a
+    warning); refuse a default-only option given another value than its default."""
+    seen: set[str] = set()
+    for dest, _kind, effect, default, record_name, _choices in OPTIONS[verb].values():
+        if dest in seen:
+            continue
+        seen.add(dest)
+        value = given.get(dest)
+        if value in (None, False, 0, default) or (default is not None and str(value) == default):
+            continue
+        where = f"{verb} " if verb else ""
+        if effect == "ignored":
+            inv.note("debug", f"{where}{record_name} ignored", flag=record_name, value=value)
+        elif effect == "default-only":
+            from scrun_py.errors import UsageError
+
+            raise UsageError(f"{where}{record_name} {value}: only {default} is supported")
+    if given.get("preserve_fds"):
+        inv.note("warning", f"{verb} --preserve-fds {given['preserve_fds']} ignored: file "
+                 "descriptors cannot follow the container to a compute node")
+
+
+def log_target(argv: list[str]) -> tuple[str | None, str]:
+    """--log and --log-format as given, for the fatal path even when parsing failed."""
+    from scrun_py.settings import log_file_name
+
+    log_name: str | None = None
+    fmt = "text"
+    for i, word in enumerate(argv):
+        if word in ("--log", "--log-format") and i + 1 < len(argv):
+            name, value = word, argv[i + 1]
+        elif word.startswith(("--log=", "--log-format=")):
+            name, _, value = word.partition("=")
+        else:
+            continue
+        if name == "--log":
+            log_name = log_file_name(value)
+        elif value in ("text", "json"):
+            fmt = value
+    return log_name, fmt
+
+
+def fatal(argv: list[str], msg: str, code: int) -> int:
+    """The end of a failed command: one line on stderr, one error record in --log."""
+    from scrun_py.logs import fatal_record
+    from scrun_py.settings import log_file
+
+    log_name, fmt = log_target(argv)
+    fatal_record(msg, log_file(log_name), fmt)
+    return code
+
+
+def fail(argv: list[str], exc: BaseException) -> int:
+    """`fatal` for what a verb raised (never a bare traceback); its exit status."""
+    from scrun_py.errors import ScrunError
+
+    if isinstance(exc, ScrunError):
+        return fatal(argv, str(exc), exc.exit_code)
+    if isinstance(exc, KeyboardInterrupt):
+        return fatal(argv, "interrupted", 130)
+    if isinstance(exc, Exception):
+        return fatal(argv, f"internal error: {exc!r}", 1)
+    raise exc
+
+
+def run(argv: list[str], call: Call) -> int:
+    """Run a parsed command line; its exit status."""
+    early = None
+    try:
+        if call.verb == "create":
+            from scrun_py.anchor.launch import EarlyAnchor
+
+            # forked first: the anchor's imports run on the other CPU while create
+            # resolves its options and reads the bundle
+            early = EarlyAnchor.fork(call.globals.get("slurm_conf"))
+        from scrun_py.settings import Invocation
+
+        g = call.globals
+        inv = Invocation.resolve(root=g.get("root"), log_path=g.get("log_path"),
+                                 log_format=g.get("log_format", "text"),
+                                 debug=bool(g.get("debug")), verbosity=g.get("verbosity", 0),
+                                 slurm_conf=g.get("slurm_conf"), log_level=g.get("log_level"))
+        apply_table(inv, "", g)
+        apply_table(inv, call.verb, call.options)
+        from scrun_py.commands import run_verb
+
+        run_verb(inv, call.verb, call.args, call.options, early)
+        return 0
+    except BaseException as exc:
+        if early is not None and not early.sent:
+            early.abandon()
+        return fail(argv, exc)

@@ -1,0 +1,102 @@
+"""What the anchor sees of the stage-in and stage-out hooks: the context a hook call
+gets, the interface, which script applies (load_hooks), and the hooks of a site
+without scrun.lua.  lua.py runs the script's."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+from scrun_py.errors import HookError
+
+SCRIPT_NAME: Final = "scrun.lua"
+LUA_SCRIPT_ENV: Final = "SCRUN_PY_LUA"
+LUA_VERSION_ENV: Final = "SCRUN_PY_LUA_VERSION"
+
+
+class HookContext:
+    """What a hook call sees; ``set_bundle_path``/``set_root_path`` change it in place."""
+
+    def __init__(self, container_id: str, bundle: str, orig_bundle: str, root_path: str,
+                 orig_root_path: str, spool_dir: str, config_file: str, job_id: int,
+                 user_id: int, group_id: int, env: dict[str, str],
+                 remote_argv: Callable[[str], list[str]]) -> None:
+        self.container_id = container_id
+        self.bundle = bundle
+        self.orig_bundle = orig_bundle
+        self.root_path = root_path
+        self.orig_root_path = orig_root_path
+        self.spool_dir = spool_dir
+        self.config_file = config_file
+        self.job_id = job_id
+        self.user_id = user_id
+        self.group_id = group_id
+        self.env = env
+        self.remote_argv = remote_argv
+
+
+class Hooks(Protocol):
+    def stage_in(self, ctx: HookContext) -> None: ...
+    def stage_out(self, ctx: HookContext) -> int | None: ...
+    def close(self) -> None: ...
+
+
+class NoHooks:
+    """No scrun.lua: both hooks succeed without doing anything."""
+
+    def stage_in(self, ctx: HookContext) -> None:
+        return None
+
+    def stage_out(self, ctx: HookContext) -> int | None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+def find_script(slurm_conf: Path | None, override: str | None = None) -> Path | None:
+    """``override`` if given, else ``scrun.lua`` next to ``slurm_conf``; ``None`` if no file."""
+    if override:
+        path = Path(override)
+        if path.is_file():
+            return path
+        # an explicitly configured script that is missing is an error, not "no hooks"
+        raise HookError(f"{path}: scrun.lua not found")
+    if slurm_conf is None:
+        return None
+    path = slurm_conf.parent / SCRIPT_NAME
+    return path if path.is_file() else None
+
+
+def structlog_logger() -> Any:
+    """The anchor's logger where a caller gave none."""
+    import structlog
+
+    return structlog.get_logger()
+
+
+def load_hooks(slurm_conf: Path | None, override: str | None = None,
+               lua_version: str | None = None, log: Any = None,
+               site_dir: Path | None = None) -> Hooks:
+    """The hooks to use: ``LuaHooks`` when a script exists, else ``NoHooks``.
+
+    ``override`` defaults to ``$SCRUN_PY_LUA`` ("" : none, whatever the environment
+    says); ``site_dir`` (where ``scrun.lua`` is looked for) to slurm.conf's directory;
+    ``lua_version`` to ``$SCRUN_PY_LUA_VERSION`` and then ``DEFAULT_LUA``; ``log`` as
+    for ``LuaHooks``.
+    """
+    if override is None:
+        override = os.environ.get(LUA_SCRIPT_ENV) or None
+    script = find_script(site_dir / "slurm.conf" if site_dir is not None else slurm_conf,
+                         override)
+    if script is None:
+        (log if log is not None else structlog_logger()).debug("no scrun.lua, hooks disabled")
+        return NoHooks()
+    from scrun_py.hooks import _builtins
+    from scrun_py.hooks.lua import DEFAULT_LUA, LuaHooks
+
+    version = lua_version or os.environ.get(LUA_VERSION_ENV) or DEFAULT_LUA
+    return LuaHooks.load(script, version, cluster_name=_builtins.cluster_name(slurm_conf),
+                         log=log)

@@ -1,0 +1,20 @@
+"""The names scrun-py writes: its files', and the statuses in a container's record.
+The one home of each.  Pure: no imports (`state` reads these without the Status enum,
+which status.py builds from them).
+"""
+
+#: what a container's directory under --root holds: its record, the anchor's control
+#: socket, and the script that ends the allocation when the anchor is gone
+STATE_FILE = "state.json"
+SOCKET_NAME = "anchor.sock"
+ABANDON_FILE = "on-abandon.sh"
+#: the site file, next to slurm.conf; the system's slurm.conf (read at call time: the
+#: tests that stand a directory in for /etc/slurm set it)
+SITE_FILE = "scrun-py.toml"
+DEFAULT_SLURM_CONF = "/etc/slurm/slurm.conf"
+#: a container's status, as `state` prints it
+CREATING = "creating"
+CREATED = "created"
+RUNNING = "running"
+STOPPED = "stopped"
+STATUSES = (CREATING, CREATED, RUNNING, STOPPED)

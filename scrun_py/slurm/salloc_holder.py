@@ -1,0 +1,249 @@
+"""The salloc that holds a container's job: its command prints the job environment,
+then waits for the anchor to send the container's exit code, so the job ends
+COMPLETED/FAILED (not CANCELLED) with it; if the anchor dies, the command runs the
+abandon script first (argv.HOLDER_SCRIPT).  Used by the CLI backend (cli_backend.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from typing import IO
+
+from scrun_py.errors import AllocationFailed
+from scrun_py.slurm import argv as slurm_argv
+from scrun_py.slurm import parse
+from scrun_py.slurm.backend import Allocation
+from scrun_py.threads import Cancel, Cancelled
+
+POLL_S = 0.05  # salloc's output, while the job is being allocated
+ABORT_GRACE_S = 10.0  # a salloc asked to stop (TERM) before it is killed
+
+
+class StderrFile:
+    """Reads what salloc appended to its stderr file since the last call."""
+
+    def __init__(self, fh: IO[bytes], alloc: Allocation) -> None:
+        self.fh = fh
+        self.alloc = alloc
+        self.offset = 0
+        self.partial = b""
+        self.revoked = False
+
+    def poll(self) -> int:
+        """Collect new lines into alloc.messages; return a job id seen, or 0."""
+        try:
+            data = os.pread(self.fh.fileno(), 65536, self.offset)
+        except (OSError, ValueError):
+            return 0
+        self.offset += len(data)
+        lines = (self.partial + data).split(b"\n")
+        self.partial = lines.pop()
+        job_id = 0
+        for raw in lines:
+            line = raw.decode(errors="replace")
+            self.alloc.messages.append(line)
+            if parse.REVOKED_RE.search(line):
+                self.revoked = True
+            m = parse.JOB_ID_RE.search(line)
+            if m and not job_id:
+                job_id = int(m.group(1))
+        del self.alloc.messages[:-50]
+        return job_id
+
+
+def unlinked_file() -> IO[bytes]:
+    """An anonymous file (O_TMPFILE) in $TMPDIR or /tmp, as tempfile.TemporaryFile makes
+    it, without importing tempfile (and shutil, random) into every anchor."""
+    try:
+        fd = os.open(os.environ.get("TMPDIR") or "/tmp",
+                     os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o600)
+    except OSError:  # no O_TMPFILE there, or not writable: tempfile finds a place
+        import tempfile
+
+        return tempfile.TemporaryFile(prefix="scrun-py-salloc-")
+    return open(fd, "w+b")  # kept open for the allocation's lifetime
+
+
+def salloc_cwd(opts: Sequence[str]) -> str | None:
+    """Where salloc starts: the job's WorkDir is salloc's working directory (its --chdir
+    moves only salloc's own command), so SCRUN_WORKING_DIR starts salloc there.
+
+    Otherwise the caller's directory, unless the job's user cannot enter it (root's
+    home, say): 24.11's slurmstepd then fails every task ("couldn't chdir"), where 22.05
+    fell back to /tmp.  scrun-py starts the job in /tmp then, on every release.
+    """
+    chdir = next((o.partition("=")[2] for o in opts if o.startswith("--chdir=")), "")
+    if chdir and os.path.isdir(chdir):
+        return chdir
+    try:
+        usable = os.access(os.getcwd(), os.X_OK)
+    except OSError:  # the caller's directory was removed
+        usable = False
+    return None if usable else "/tmp"
+
+
+class SallocHolder:
+    """One container's allocation through salloc; `cancel_job` scancels a job."""
+
+    def __init__(self, salloc: str, cancel_job: Callable[[int], None]) -> None:
+        self._salloc = salloc
+        self._cancel = cancel_job
+        # the job's working directory when it is not the caller's (see salloc_cwd)
+        self.job_dir: str | None = None
+        self._holder: subprocess.Popen[bytes] | None = None
+        self._stderr: StderrFile | None = None
+
+    def allocate(self, opts: Sequence[str], env: dict[str, str],
+                 on_job_id: Callable[[int], None], timeout_s: float | None,
+                 cancel: Cancel, abandon_file: str | None = None) -> Allocation:
+        if abandon_file is not None:  # the holder script runs it (argv.HOLDER_SCRIPT)
+            env = {**env, slurm_argv.ABANDON_ENV: abandon_file}
+        argv, self.job_dir = slurm_argv.build_salloc_argv(opts, self._salloc), salloc_cwd(opts)
+        # salloc's stderr goes to an unlinked file, not a pipe: if the anchor dies, a
+        # salloc writing to a broken pipe spins at 100% CPU forever (seen on 22.05).
+        # Kept open for the allocation's lifetime (polled), closed by release.
+        err_file = unlinked_file()
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=err_file, env=env, start_new_session=True,
+                                    cwd=self.job_dir)
+        except OSError as exc:
+            err_file.close()
+            raise AllocationFailed(f"cannot run salloc: {exc.strerror}") from exc
+        alloc = Allocation(job_id=0, env={}, owned=True)
+        reader = StderrFile(err_file, alloc)
+        self._holder, self._stderr = proc, reader
+        try:
+            alloc.env = self._job_env_of(proc, alloc, reader, on_job_id, timeout_s, cancel)
+        except BaseException:
+            close_pipes(proc)
+            reader.poll()
+            err_file.close()
+            raise
+        job_id = int(alloc.env.get("SLURM_JOB_ID", "0") or 0)
+        if not job_id:
+            self._abort(proc, alloc)
+            close_pipes(proc)
+            err_file.close()
+            raise AllocationFailed("job allocation failed: no SLURM_JOB_ID in the job environment")
+        if not alloc.job_id:
+            alloc.job_id = job_id
+            on_job_id(job_id)
+        return alloc
+
+    def _job_env_of(self, proc: subprocess.Popen[bytes], alloc: Allocation,
+                    reader: StderrFile, on_job_id: Callable[[int], None],
+                    timeout_s: float | None, cancel: Cancel) -> dict[str, str]:
+        """Wait for the job environment salloc's command prints once the job runs; the job
+        id is noted as soon as salloc names it.  Stops salloc (and cancels its job) when
+        cancelled or out of time."""
+        assert proc.stdout is not None
+        out_fd = proc.stdout.fileno()
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        buf = b""
+        while slurm_argv.READY_MARKER not in buf:
+            job_id = reader.poll()
+            if job_id and not alloc.job_id:
+                alloc.job_id = job_id
+                on_job_id(job_id)
+            if cancel.is_set():
+                self._abort(proc, alloc)
+                raise Cancelled
+            if deadline is not None and time.monotonic() > deadline:
+                self._abort(proc, alloc)
+                reader.poll()
+                raise AllocationFailed(
+                    f"job allocation not granted within {timeout_s:g}s"
+                    + (f" ({parse.slurm_message(alloc.messages)})" if alloc.messages else ""))
+            ready, _, _ = select.select([out_fd], [], [], POLL_S)
+            chunk = os.read(out_fd, 65536) if ready else None
+            if chunk == b"":  # salloc exited without an allocation
+                proc.wait()
+                reader.poll()
+                raise AllocationFailed(
+                    f"job allocation failed: {parse.slurm_message(alloc.messages)}")
+            buf += chunk or b""
+        return job_env(buf)
+
+    def _abort(self, proc: subprocess.Popen[bytes], alloc: Allocation) -> None:
+        """Stop a salloc that has not delivered an allocation; cancel its job if any."""
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(ABORT_GRACE_S)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                proc.wait()
+        if alloc.job_id:
+            self._cancel(alloc.job_id)
+
+    def wait_ended(self, alloc: Allocation, cancel: Cancel) -> None:
+        holder = self._holder
+        if not alloc.owned or holder is None:
+            cancel.wait()
+            return
+        while not cancel.is_set():
+            try:
+                holder.wait(1.0)
+            except subprocess.TimeoutExpired:
+                continue
+            self._poll()
+            return
+
+    def _poll(self) -> None:
+        if self._stderr is not None:
+            self._stderr.poll()
+
+    def revoked(self, alloc: Allocation) -> bool:
+        if not alloc.owned or self._holder is None or self._stderr is None:
+            return False
+        self._stderr.poll()
+        return self._stderr.revoked or self._holder.poll() is not None
+
+    def release(self, alloc: Allocation, exit_code: int, timeout_s: float) -> None:
+        proc = self._holder
+        if proc is None or not alloc.owned:
+            return
+        if proc.poll() is None and proc.stdin is not None:
+            with contextlib.suppress(OSError, ValueError):
+                proc.stdin.write(f"{exit_code}\n".encode())
+                proc.stdin.flush()
+        if proc.stdin is not None:
+            with contextlib.suppress(OSError, ValueError):
+                proc.stdin.close()  # EOF, whatever was written
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self._cancel(alloc.job_id)
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            proc.wait()
+        close_pipes(proc)
+        if self._stderr is not None:
+            self._stderr.poll()
+            self._stderr.fh.close()  # salloc's stderr file, kept open until its end
+
+
+def close_pipes(proc: subprocess.Popen[bytes]) -> None:
+    for pipe in (proc.stdin, proc.stdout):
+        if pipe is not None:
+            with contextlib.suppress(OSError, ValueError):
+                pipe.close()
+
+
+def job_env(buf: bytes) -> dict[str, str]:
+    """The job environment salloc's command printed (NUL-separated) before READY_MARKER."""
+    env: dict[str, str] = {}
+    for entry in buf.split(slurm_argv.READY_MARKER, 1)[0].split(b"\0"):
+        name, sep, value = entry.decode(errors="replace").partition("=")
+        if sep:
+            env[name] = value
+    return env
