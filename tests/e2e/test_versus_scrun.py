@@ -518,8 +518,10 @@ class TestLifecycle:
                  "anchor exit": f"running {KILL_GRACE_S}s after kill", "state": "running",
                  "anchor exit after delete": 0, "job": OneOf(("CANCELLED", "0:0"),
                                                              ("COMPLETED", "0:0")),
-                 "stderr": sorted([*step_cancelled(), "Terminated",
-                                   "srun: error: NODE: task 0: Exited with exit code 3"])})
+                 # srun's "Terminated" is now and then missing (once as root on 24.11)
+                 "stderr": OneOf(*(sorted([*step_cancelled(), *terminated,
+                                           "srun: error: NODE: task 0: Exited with exit code 3"])
+                                   for terminated in (["Terminated"], [])))})
 
     def test_kill_9(self, env: Env, vconf: Path, results: Results) -> None:
         compare(results, "lifecycle: kill KILL", env, vconf,
