@@ -833,6 +833,12 @@ class TestHooks:
                            "PRTE_MCA_plm_slurm_args"})
         slurm_names = sorted({*(kv.partition("=")[0] for kv in scrun_env), *slurm_env_names,
                               "SCRUN_SOCKET"})
+        # the backend the test run asks for (scripts/test.sh on a release with pyslurm)
+        # is in the caller's environment, which salloc passes on
+        backend = os.environ.get("SCRUN_PY_SLURM_BACKEND")
+        if backend:
+            py_names = sorted([*py_names, "SCRUN_PY_SLURM_BACKEND"])
+            scrun_env = [*scrun_env, f"SCRUN_PY_SLURM_BACKEND={backend}"]
         compare(results, "stage_in/stage_out arguments and job_env", user_env, vconf,
                 observe,
                 {"anchor exit": 0, "stage_in": [*args, f"table first=1 n={len(py_names)}"],
@@ -849,7 +855,8 @@ class TestHooks:
                  "job_env names": slurm_names,
                  "job_env SCRUN_*": sorted([
                      *[kv + "/" if kv.startswith("SCRUN_SPOOL_DIR") else kv
-                       for kv in scrun_env], "SCRUN_SOCKET=ROOT/K12-HASH"])})
+                       for kv in scrun_env if not kv.startswith("SCRUN_PY_")],
+                     "SCRUN_SOCKET=ROOT/K12-HASH"])})
 
 
 class TestBadInput:
