@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from scrun_py.slurm.releases import has, release_name
-from tests.e2e.conftest import STATE, Env, leftovers, slurm_release
+from tests.e2e.conftest import STATE, Bundle, Created, Env, leftovers, slurm_release
 
 pytestmark = pytest.mark.e2e
 
@@ -88,6 +88,19 @@ class TestContainerEnvironment:
             assert ("0", "0", "0") == tuple(seen[v] for v in TASK_VARS)
         else:  # the container gets the step's variables only
             assert not [v for v in TASK_VARS if v in seen]
+
+
+def _started(env: Env, cid: str, bundle: Bundle) -> tuple[Created, int]:
+    """`create` and `start` of a container that prints "started", once it has."""
+    created = env.create(cid, bundle)
+    assert 0 == created.rc, created.stderr()
+    job = created.job_id()
+    assert 0 == env.run("start", cid).returncode
+    deadline = time.monotonic() + 60
+    while "started" not in created.stdout():
+        assert time.monotonic() < deadline, created.stderr()
+        time.sleep(0.1)
+    return created, job
 
 
 def _doctor(env: Env, conf: Path) -> tuple[int, dict[str, dict[str, str]]]:
@@ -164,15 +177,8 @@ class TestNewerOciConf:
     @staticmethod
     def _run_with_newer_conf(env: Env) -> None:
         trap = 'trap "echo TERM; exit 3" TERM; env; echo started; while :; do sleep 0.2; done'
-        created = env.create("newer", env.bundle(["sh", "-c", trap], name="newer",
-                                                 env=["SCRUN_RELEASE_TEST=1"]))
-        assert 0 == created.rc, created.stderr()
-        job = created.job_id()
-        assert 0 == env.run("start", "newer").returncode
-        deadline = time.monotonic() + 60
-        while "started" not in created.stdout():
-            assert time.monotonic() < deadline, created.stderr()
-            time.sleep(0.1)
+        created, job = _started(env, "newer", env.bundle(["sh", "-c", trap], name="newer",
+                                                         env=["SCRUN_RELEASE_TEST=1"]))
         # the runtime's state dir was named with %U: scrun-py's kill expands it the same way
         assert Path(f"/tmp/ocistate-u{env.user.uid}").is_dir()
         assert 0 == env.run("kill", "newer", "TERM").returncode
@@ -246,14 +252,8 @@ class TestCreateStartMode:
                         "(test_runs_with_the_tasks_stdio_but_loses_the_exit_code shows it)")
         trap = 'trap "echo TERM; exit 3" TERM; echo started; while :; do sleep 0.2; done'
         with _cluster_oci_conf(CREATE_START_OCI_CONF):
-            created = env.create("cskill", env.bundle(["sh", "-c", trap], name="cskill"))
-            assert 0 == created.rc, created.stderr()
-            job = created.job_id()
-            assert 0 == env.run("start", "cskill").returncode
-            deadline = time.monotonic() + 60
-            while "started" not in created.stdout():
-                assert time.monotonic() < deadline, created.stderr()
-                time.sleep(0.1)
+            created, job = _started(env, "cskill",
+                                    env.bundle(["sh", "-c", trap], name="cskill"))
             assert 0 == env.run("kill", "cskill", "TERM").returncode
             created.wait_exit(timeout=90)
             assert 0 == env.run("delete", "cskill").returncode
