@@ -12,8 +12,9 @@
 #
 # Each release's cluster is brought up first (idempotent; a release that is not packaged is
 # built once into /opt/slurm/R, about 6 minutes).  A release built from an upstream tarball
-# takes it from $SCRUN_SLURM_MIRROR (a directory of downloads) when it is there.  On every release, the multi-node tests
-# (tests/e2e/test_multinode.py) then run against that release's 3-node cluster
+# takes it from $SCRUN_SLURM_MIRROR (a directory of downloads) when it is there.  On every
+# release, the multi-node tests (tests/e2e/test_multinode.py) then run against that
+# release's 3-node cluster
 # (scripts/cluster.sh up --slurm R --nodes 3), with the pytest args that are not paths.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
