@@ -283,6 +283,29 @@ class Created:
         return job_id_of(self.env, self.cid)
 
 
+OTHER_USER = os.environ.get("SCRUN_TEST_USER2", "scruntest2")
+
+
+def other_user() -> User:
+    """The second ordinary user scripts/cluster.sh up makes (the attacker of the shared-host
+    tests)."""
+    try:
+        return User.named(OTHER_USER)
+    except KeyError:
+        pytest.fail(f"second test user {OTHER_USER} missing: run scripts/cluster.sh up")
+
+
+def wait_status(env: Env, cid: str, status: str, timeout: float = 60) -> dict[str, object]:
+    """`state` of `cid` once it says `status` (a failed assertion after `timeout` s)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        doc = env.state(cid)
+        if doc["status"] == status:
+            return doc
+        assert time.monotonic() < deadline, f"status stayed {doc['status']}, wanted {status}"
+        time.sleep(0.05)
+
+
 def wait_anchor(pid: int, timeout: float = 120) -> int:
     """An anchor's exit status: the test process is a subreaper, so every anchor ends as
     its child.  TimeoutError if it is still running after `timeout` seconds."""

@@ -8,19 +8,9 @@ import time
 
 import pytest
 
-from tests.e2e.conftest import Env, leftovers, scontrol_job, squeue
+from tests.e2e.conftest import Env, leftovers, scontrol_job, squeue, wait_status
 
 pytestmark = pytest.mark.e2e
-
-
-def _wait_status(env: Env, cid: str, status: str, timeout: float = 60) -> dict[str, object]:
-    deadline = time.monotonic() + timeout
-    while True:
-        doc = env.state(cid)
-        if doc["status"] == status:
-            return doc
-        assert time.monotonic() < deadline, f"status stayed {doc['status']}, wanted {status}"
-        time.sleep(0.05)
 
 
 class TestLifecycle:
@@ -47,7 +37,7 @@ class TestLifecycle:
         start = env.run("start", "life")
         assert 0 == start.returncode, start.stderr
         assert ("", "") == (start.stdout, start.stderr)
-        assert "running" == _wait_status(env, "life", "running")["status"]
+        assert "running" == wait_status(env, "life", "running")["status"]
         os.write(w, b"hello\n")
         os.close(w)
         assert 0 == created.wait_exit()
@@ -98,7 +88,7 @@ class TestLifecycle:
         assert 0 == created.rc, created.stderr()
         job = created.job_id()
         assert 0 == env.run("start", "k").returncode
-        _wait_status(env, "k", "running")
+        wait_status(env, "k", "running")
         time.sleep(0.5)
         res = env.run("kill", "k", sig)
         assert 0 == res.returncode, res.stderr
@@ -118,7 +108,7 @@ class TestLifecycle:
         created = env.create("trap", bundle)
         assert 0 == created.rc, created.stderr()
         assert 0 == env.run("start", "trap").returncode
-        _wait_status(env, "trap", "running")
+        wait_status(env, "trap", "running")
         time.sleep(0.5)
         assert 0 == env.run("kill", "trap", "USR1").returncode
         assert 7 == created.wait_exit(timeout=60)
@@ -133,7 +123,7 @@ class TestLifecycle:
         assert 0 == created.rc, created.stderr()
         job = created.job_id()
         assert 0 == env.run("start", "df").returncode
-        _wait_status(env, "df", "running")
+        wait_status(env, "df", "running")
         refused = env.run("delete", "df")
         assert 0 != refused.returncode
         assert "cannot delete container df that is not stopped: running" in refused.stderr

@@ -16,19 +16,17 @@ import time
 
 import pytest
 
-from tests.e2e.conftest import STATE, Bundle, Env, leftovers, run_in_work, slurm_release
+from tests.e2e.conftest import (
+    STATE,
+    Bundle,
+    Env,
+    leftovers,
+    run_in_work,
+    slurm_release,
+    wait_status,
+)
 
 pytestmark = pytest.mark.e2e
-
-
-def _wait_status(env: Env, cid: str, status: str, timeout: float = 60) -> dict[str, object]:
-    deadline = time.monotonic() + timeout
-    while True:
-        doc = env.state(cid)
-        if doc["status"] == status:
-            return doc
-        assert time.monotonic() < deadline, f"status stayed {doc['status']}, wanted {status}"
-        time.sleep(0.05)
 
 
 def _edit(bundle: Bundle, **changes: object) -> None:
@@ -60,7 +58,7 @@ class TestState:
                 "annotations": {"org.example.unknown-key": "", "a": "1"}}.items() <= doc.items()
         assert bundle.path.is_absolute()
         assert 0 == env.run("start", "st").returncode
-        running = _wait_status(env, "st", "running")
+        running = wait_status(env, "st", "running")
         assert doc["pid"] == running["pid"]
         subprocess.run(env.cmd("kill", "st", "KILL"), env=env.user.env(), check=True,
                        capture_output=True, timeout=60)
@@ -106,7 +104,7 @@ class TestKill:
         created = env.create("ks", bundle)
         assert 0 == created.rc, created.stderr()
         assert 0 == env.run("start", "ks").returncode
-        _wait_status(env, "ks", "running")
+        wait_status(env, "ks", "running")
         time.sleep(0.5)
         res = env.run("kill", "ks", sig)
         assert (0, "") == (res.returncode, res.stderr)
@@ -141,7 +139,7 @@ class TestDelete:
         created = env.create("dr", env.bundle(["sleep", "300"]))
         assert 0 == created.rc, created.stderr()
         assert 0 == env.run("start", "dr").returncode
-        before = _wait_status(env, "dr", "running")
+        before = wait_status(env, "dr", "running")
         res = run_in_work(env, "delete", "dr")
         assert 1 == res.returncode
         assert "cannot delete container dr that is not stopped: running" in res.stderr

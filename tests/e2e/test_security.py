@@ -12,22 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import SCRUN, Created, Env, User, scontrol_job, traces
+from tests.e2e.conftest import SCRUN, Created, Env, other_user, scontrol_job, traces
 
 pytestmark = pytest.mark.e2e
 
-OTHER_USER = "scruntest2"
-
-
-def _other() -> User:
-    try:
-        return User.named(OTHER_USER)
-    except KeyError:
-        pytest.fail(f"second test user {OTHER_USER} missing: run scripts/cluster.sh up")
 
 
 def _as_other(env: Env, *args: str) -> subprocess.CompletedProcess[str]:
-    other = _other()
+    other = other_user()
     argv = other.argv([str(SCRUN), "--root", str(env.root), *args])
     return subprocess.run(argv, env=other.env(), capture_output=True, text=True, timeout=60,
                           stdin=subprocess.DEVNULL)

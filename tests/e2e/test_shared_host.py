@@ -23,6 +23,7 @@ from tests.e2e.conftest import (
     User,
     _make_env,
     leftovers,
+    other_user,
     slurm_env,
     squeue,
     traces,
@@ -30,20 +31,12 @@ from tests.e2e.conftest import (
 
 pytestmark = pytest.mark.e2e
 
-OTHER_USER = "scruntest2"
-
-
-def _other() -> User:
-    try:
-        return User.named(OTHER_USER)
-    except KeyError:
-        pytest.fail(f"second test user {OTHER_USER} missing: run scripts/cluster.sh up")
 
 
 @pytest.fixture
 def other_env(cluster: Path) -> Iterator[Env]:
     """The second test user's own world (for a user who bypasses the site's settings)."""
-    yield from _make_env(_other())
+    yield from _make_env(other_user())
 
 
 def _as(user: User, argv: list[str], cwd: Path, **extra: str) -> subprocess.CompletedProcess[str]:
@@ -72,7 +65,7 @@ class TestRootMadeFirst:
         shared.mkdir()
         os.chmod(shared, 0o1777)
         root = shared / f"scrun-{env.user.uid}"
-        res = _as(_other(), ["mkdir", "-m", f"{mode:o}", str(root)], env.work)
+        res = _as(other_user(), ["mkdir", "-m", f"{mode:o}", str(root)], env.work)
         assert 0 == res.returncode, res.stderr
         res = _as(env.user, [str(SCRUN), "--root", str(root), "--log", str(env.log),
                              "--log-format", "json", "create", "--bundle",
@@ -80,7 +73,7 @@ class TestRootMadeFirst:
         assert 1 == res.returncode
         lines = res.stderr.splitlines()
         assert 1 == len(lines), res.stderr
-        assert (f"root directory {root} belongs to uid {_other().uid}, not to uid "
+        assert (f"root directory {root} belongs to uid {other_user().uid}, not to uid "
                 f"{env.user.uid}: refusing it") in lines[0]
         assert "refusing it" in str(env.errors()[-1]["msg"])
         assert [] == list(root.iterdir())

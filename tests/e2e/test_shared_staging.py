@@ -12,12 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import BASE, REPO_ROOT, Env, User, traces
+from tests.e2e.conftest import BASE, REPO_ROOT, Env, other_user, traces
 from tests.e2e.test_shared_host import _as
 
 pytestmark = pytest.mark.e2e
 
-OTHER_USER = "scruntest2"
 
 
 @pytest.fixture
@@ -65,7 +64,7 @@ class TestStagingMadeFirst:
         env = user_env
         conf = conf_dir / "slurm.conf"
         cache = shared / f"scrun-cache-{env.user.uid}"
-        res = _as(User.named(OTHER_USER), ["mkdir", "-m", "777", str(cache)], env.work)
+        res = _as(other_user(), ["mkdir", "-m", "777", str(cache)], env.work)
         assert 0 == res.returncode, res.stderr
         assert (0, "root:x:0:0:root:/:/bin/sh\n") == _run(env, conf, "c1")
         assert f"{cache} is not a directory owned by uid {env.user.uid}" in _lua_log(env)
@@ -84,7 +83,7 @@ class TestStagingMadeFirst:
         env = user_env
         conf = conf_dir / "slurm.conf"
         staging = shared / f"scrun-staging-{env.user.uid}"
-        res = _as(User.named(OTHER_USER), ["mkdir", "-m", "777", str(staging)], env.work)
+        res = _as(other_user(), ["mkdir", "-m", "777", str(staging)], env.work)
         assert 0 == res.returncode, res.stderr
         rc, err = _run(env, conf, "s1")
         assert 0 != rc
