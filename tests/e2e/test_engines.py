@@ -135,6 +135,16 @@ def rootless_podman(engines_up: None) -> Iterator[Engine]:
     yield from _guarded(Engine("podman", User.named(TEST_USER)))
 
 
+@pytest.fixture(params=["docker", "podman-rootless"])
+def any_engine(request: pytest.FixtureRequest, engines_up: None) -> Iterator[Engine]:
+    """docker (as root: its jobs run as root) and rootless podman; afterwards no job,
+    anchor or spool dir (the tests that need one engine of each kind, not all three)."""
+    if request.param == "docker":
+        yield from _guarded(Engine("docker", User.named("root")))
+    else:
+        yield from _guarded(Engine("podman", User.named(TEST_USER)))
+
+
 def _guarded(eng: Engine) -> Iterator[Engine]:
     """Yield the engine under a whole-test timeout; afterwards nothing may be left."""
     before = _our_jobs(eng)

@@ -6,28 +6,23 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
-from tests.e2e.conftest import BASE, TEST_USER, User
-from tests.e2e.test_engines import Engine, _guarded, engines_up  # noqa: F401 - fixture
+from tests.e2e.conftest import BASE
+from tests.e2e.test_engines import (  # noqa: F401 - fixtures
+    Engine,
+    _guarded,
+    any_engine,
+    engines_up,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.engines]
 
 
-@pytest.fixture(params=["docker", "podman-rootless"])
-def any_engine(request: pytest.FixtureRequest, engines_up: None) -> Iterator[Engine]:  # noqa: F811
-    """docker (as root: the job runs as root) and rootless podman."""
-    if request.param == "docker":
-        yield from _guarded(Engine("docker", User.named("root")))
-    else:
-        yield from _guarded(Engine("podman", User.named(TEST_USER)))
-
-
 class TestHostileEnvironment:
     @pytest.mark.parametrize("name", ["SCRUN_PROLOG", "SLURM_PROLOG", "SCRUN_TASK_PROLOG"])
-    def test_program_variables_do_not_run(self, any_engine: Engine, name: str) -> None:
+    def test_program_variables_do_not_run(self, any_engine: Engine, name: str) -> None:  # noqa: F811
         """A program named by the container's environment is not run by srun on the login
         node (as root under docker) or by slurmstepd outside the container."""
         eng = any_engine
@@ -43,7 +38,7 @@ class TestHostileEnvironment:
             program.unlink(missing_ok=True)
             marker.unlink(missing_ok=True)
 
-    def test_slurm_conf_is_not_imported(self, any_engine: Engine) -> None:
+    def test_slurm_conf_is_not_imported(self, any_engine: Engine) -> None:  # noqa: F811
         """SLURM_CONF in the container's environment does not reach salloc: the run works
         with the site's configuration."""
         eng = any_engine

@@ -16,8 +16,13 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import STATE, TEST_USER, Bundle, Env, User, leftovers
-from tests.e2e.test_engines import Engine, _guarded, engines_up  # noqa: F401 - fixture
+from tests.e2e.conftest import STATE, Bundle, Env, leftovers
+from tests.e2e.test_engines import (  # noqa: F401 - fixtures
+    Engine,
+    _guarded,
+    any_engine,
+    engines_up,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -163,18 +168,9 @@ def site_policy(text: str) -> Iterator[None]:
         path.unlink(missing_ok=True)
 
 
-@pytest.fixture(params=["docker", "podman-rootless"])
-def any_engine(request: pytest.FixtureRequest, engines_up: None) -> Iterator[Engine]:  # noqa: F811
-    """docker (as root) and rootless podman; afterwards no job, anchor or spool dir."""
-    if request.param == "docker":
-        yield from _guarded(Engine("docker", User.named("root")))
-    else:
-        yield from _guarded(Engine("podman", User.named(TEST_USER)))
-
-
 @pytest.mark.engines
 class TestPolicyThroughEngines:
-    def test_hardened_run(self, any_engine: Engine) -> None:
+    def test_hardened_run(self, any_engine: Engine) -> None:  # noqa: F811
         eng = any_engine
         with site_policy('[policy]\nno_new_privileges = true\nreadonly_rootfs = true\n'):
             res = eng.run("--rm", eng.image, "sh", "-c", PROBE)
@@ -182,7 +178,7 @@ class TestPolicyThroughEngines:
         assert "NoNewPrivs:\t1" in res.stdout, res.stdout
         assert "rootfs-readonly" in res.stdout, res.stdout
 
-    def test_forbidden_bind_mount_is_refused(self, any_engine: Engine) -> None:
+    def test_forbidden_bind_mount_is_refused(self, any_engine: Engine) -> None:  # noqa: F811
         eng = any_engine
         with site_policy('[policy]\nmount_sources = ["/var/lib/scrun-py-test", "/run", '
                          '"/tmp", "{home}"]\n'):

@@ -217,6 +217,17 @@ def stage(tmp_path: Path) -> Iterator[Stage]:
 
 
 @needs_overlay
+
+def same_size_and_mtime(stage: Stage, name: str) -> Path:
+    """A copy of the image whose library has other bytes, same size, same mtime (what a
+    reproducible build that changed one byte looks like, or a planted look-alike)."""
+    rootfs = stage.copy_image(name)
+    lib = rootfs / "usr" / "lib" / "libx.so"
+    st = lib.stat()
+    lib.write_text("y" * 5000)
+    os.utime(lib, ns=(st.st_atime_ns, st.st_mtime_ns))
+    return rootfs
+
 class TestCache:
     def test_second_container_copies_no_rootfs(self, stage: Stage) -> None:
         """The first stage_in copies the rootfs into the cache; the second finds it there
@@ -306,17 +317,11 @@ class TestCache:
     def test_content_key(self, stage: Stage) -> None:
         """CACHE_KEY = "content": same size and mtime but other bytes is another entry
         ("metadata" takes them for the same, as rsync's quick check does)."""
-        def variant(name: str) -> Path:
-            rootfs = stage.copy_image(name)
-            lib = rootfs / "usr" / "lib" / "libx.so"
-            st = lib.stat()
-            lib.write_text("y" * 5000)
-            os.utime(lib, ns=(st.st_atime_ns, st.st_mtime_ns))
-            return rootfs
         for setting, expected in (('"metadata"', 1), ('"content"', 2)):
             stage.write_script(CACHE_KEY=setting)
             shutil.rmtree(stage.cache, ignore_errors=True)
-            for cid, rootfs in (("a", stage.image), ("b", variant(f"v{setting[1:-1]}"))):
+            variant = same_size_and_mtime(stage, f"v{setting[1:-1]}")
+            for cid, rootfs in (("a", stage.image), ("b", variant)):
                 ctx, _ = stage.stage_in(f"{cid}{expected}", rootfs)
                 assert 0 == stage.stage_out(ctx)[0]
             assert expected == len(stage.entries()), setting

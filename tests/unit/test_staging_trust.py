@@ -14,41 +14,15 @@ from pathlib import Path
 import pytest
 
 from scrun_py.errors import HookError
-from tests.unit.test_staging_cache import Stage, needs_overlay, stage  # noqa: F401
+from tests.unit.test_staging_cache import (  # noqa: F401 - the stage fixture
+    Stage,
+    needs_overlay,
+    same_size_and_mtime,
+    stage,
+)
 
 SHARED_UID = 0  # root engines run every caller's jobs as root: one cache for all
 OWN_UID = 4242  # a user's own cache (rootless podman)
-
-
-def _same_size_and_mtime(stage: Stage, name: str) -> Path:  # noqa: F811
-    """A copy of the image whose library has other bytes, same size, same mtime (what a
-    reproducible build that changed one byte looks like, or a planted look-alike)."""
-    rootfs = stage.copy_image(name)
-    lib = rootfs / "usr" / "lib" / "libx.so"
-    st = lib.stat()
-    lib.write_text("y" * 5000)
-    os.utime(lib, ns=(st.st_atime_ns, st.st_mtime_ns))
-    return rootfs
-
-
-@needs_overlay
-class TestSharedCacheKey:
-    @pytest.mark.parametrize(("user_id", "entries"), [(SHARED_UID, 2), (OWN_UID, 1)])
-    def test_default_key(self, stage: Stage, user_id: int, entries: int) -> None:  # noqa: F811
-        """With the default CACHE_KEY ("auto"), a file changed without changing its size
-        or mtime is not served from the entry of the first image where the cache is
-        shared (jobs of uid 0): the second container sees its own bytes.  A user's own
-        cache keeps the quick metadata key."""
-        look_alike = _same_size_and_mtime(stage, "look-alike")
-        cache = stage.tmp / f"cache-{user_id}"
-        first, _ = stage.stage_in("a", stage.image, user_id=user_id)
-        second, _ = stage.stage_in("b", look_alike, user_id=user_id)
-        assert entries == len(stage.entries(cache))
-        entry = Path((Path(second.bundle) / "cache-entry").read_text().strip())
-        served = (entry / "rootfs" / "usr" / "lib" / "libx.so").read_text()
-        assert ("y" if user_id == SHARED_UID else "x") * 5000 == served
-        for ctx in (first, second):
-            assert 0 == stage.stage_out(ctx)[0]
 
 
 def _image_with_dir(stage: Stage, name: str) -> Path:  # noqa: F811
