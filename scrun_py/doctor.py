@@ -125,7 +125,7 @@ class Doctor:
             mode = choice.mode_of(os.environ)
             if mode == "auto" and not choice.pyslurm_installed():
                 return Check(name, OK, "cli (auto: pyslurm is not installed)")
-            chosen = choice.choose(mode, str(self.slurm_conf))
+            chosen = choice.choose(mode, str(self.slurm_conf), lambda: self.version)
         except ScrunError as exc:
             return Check(name, FAIL, str(exc),
                          f"set {choice.BACKEND_ENV} to auto or cli, or install the pyslurm "

@@ -75,8 +75,10 @@ def choose(mode: str, slurm_conf: str | None,
     """Decide (an import and one RPC for `auto` and `pyslurm`).  ConfigError when
     `pyslurm` was asked for and does not load or was built for another release than
     slurmctld's; `auto` then chooses the CLI, as it does while slurmctld does not answer.
-    `client` (for `auto`) gives the client commands' release: a pyslurm built for another
-    one is not even imported (its libslurm would be loaded into the anchor for nothing)."""
+    `client` gives the client commands' release: for `auto`, a pyslurm built for another
+    one is not even imported (its libslurm would be loaded into the anchor for nothing);
+    for `pyslurm`, it is asked only when slurmctld does not answer pyslurm, to refuse a
+    pyslurm of another release."""
     if mode == "cli":
         return Choice("cli", f"{BACKEND_ENV}=cli")
     label = "auto" if mode == "auto" else f"{BACKEND_ENV}=pyslurm"
@@ -101,9 +103,17 @@ def choose(mode: str, slurm_conf: str | None,
         ctld = api.controller_version()
     except pyslurm_api.RpcFailed as exc:
         why = f"pyslurm {api.version} cannot ask slurmctld its version ({exc})"
-        if mode == "pyslurm":  # slurmctld down is not pyslurm's failure: as for the CLI
-            return Choice("pyslurm", f"{label}: {why}; used as asked", api)
-        return refuse(why)
+        if mode == "auto":
+            return refuse(why)
+        # slurmctld down is not pyslurm's failure (used as asked, as the CLI would be);
+        # a slurmctld of another release does not answer pyslurm either: the client
+        # commands tell the two apart
+        commands = client() if client is not None else None
+        if commands is not None and commands != api.release:
+            return refuse(f"pyslurm {api.version} is built for Slurm "
+                          f"{api.release[0]}.{api.release[1]:02d}, the client commands are "
+                          f"{commands[0]}.{commands[1]:02d} ({exc})")
+        return Choice("pyslurm", f"{label}: {why}; used as asked", api, commands)
     release = pyslurm_api.release_of(ctld)
     if release != api.release:
         return refuse(f"pyslurm {api.version} is built for Slurm "
@@ -169,7 +179,8 @@ def backend_for(mode: str, slurm_conf: str | None, cli_options: CliOptions,
     from scrun_py.slurm.pyslurm_backend import PyslurmSlurm
 
     if mode == "pyslurm":
-        choice = choose(mode, slurm_conf)
+        choice = choose(mode, slurm_conf,
+                        lambda: cli_backend.client_release(cli_options.srun_path))
         note(choice)
         return PyslurmSlurm(cli(lambda: choice.release), lambda: choice.api, log.warning)
     deferred = Deferred(slurm_conf, lambda: cli_backend.client_release(cli_options.srun_path))

@@ -68,12 +68,17 @@ class TestCreate:
 
 
 def broken_pyslurm(env: Env) -> dict[str, str]:
-    """The user's environment with a pyslurm first on the path that fails to import, as
-    a build against another libslurm does."""
+    """The user's environment with a pyslurm first on the path that is built for the
+    cluster's release (its metadata says so, whatever pyslurm the venv holds) and fails
+    to import, as one whose libslurm is gone does."""
     pkg = env.work / "broken" / "pyslurm"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text(
         'raise ImportError("libslurm.so.43: cannot open shared object file")\n')
+    meta = env.work / "broken" / f"pyslurm-{os.environ['SCRUN_TEST_SLURM']}.0.dist-info"
+    meta.mkdir()
+    (meta / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: pyslurm\nVersion: {os.environ['SCRUN_TEST_SLURM']}.0\n")
     env.chown(env.work / "broken")
     return {"PYTHONPATH": str(env.work / "broken")}
 

@@ -23,7 +23,7 @@ import pytest
 from scrun_py.errors import AllocationFailed
 from scrun_py.slurm import choice
 from scrun_py.slurm.backend import SlurmBackend, StepRequest
-from scrun_py.slurm.cli_backend import CliSlurm
+from scrun_py.slurm.cli_backend import CliSlurm, client_release
 from scrun_py.slurm.pyslurm_api import PyslurmApi
 from scrun_py.slurm.pyslurm_backend import PyslurmSlurm
 from scrun_py.threads import Cancel
@@ -38,7 +38,7 @@ def pyslurm_api() -> PyslurmApi:
     """pyslurm for this cluster, or a skip (a failure under CI=true when the release
     under test is one pyslurm is installed for: scripts/pyslurm.sh)."""
     try:
-        chosen = choice.choose("pyslurm", str(SLURM_CONF))
+        chosen = choice.choose("pyslurm", str(SLURM_CONF), client_release)
     except Exception as exc:
         if os.environ.get("CI") == "true" and os.environ.get("SCRUN_TEST_PYSLURM") == "1":
             pytest.fail(f"pyslurm is required here: {exc}")

@@ -272,6 +272,18 @@ class TestChoice:
         chosen = choice.choose("pyslurm", None)
         assert ("pyslurm", None) == (chosen.name, chosen.release)
         assert chosen.reason.endswith("; used as asked")
+        chosen = choice.choose("pyslurm", None, lambda: (25, 11))
+        assert ("pyslurm", (25, 11)) == (chosen.name, chosen.release)
+
+    def test_forced_against_another_release(self, loaded: StandIn) -> None:
+        """A slurmctld of another release does not answer pyslurm's RPC (as when it is
+        down); the client commands' release tells it: a one-line refusal, not a backend
+        whose every call fails."""
+        loaded.down = True
+        with pytest.raises(ConfigError, match=r"^SCRUN_PY_SLURM_BACKEND=pyslurm: pyslurm "
+                           r"25\.11\.2 is built for Slurm 25\.11, the client commands are "
+                           r"22\.05 \(slurm_load_ctl_conf: "):
+            choice.choose("pyslurm", None, lambda: (22, 5))
 
     def test_not_loadable(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv("SLURM_CONF", raising=False)
