@@ -8,6 +8,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
     from scrun_py.anchor.launch import EarlyAnchor
@@ -24,6 +25,19 @@ def audit(inv: Invocation, event: str, *, container_id: str, **fields: Any) -> N
     from scrun_py import audit as trail
 
     trail.emit(inv.slurm_conf_path(), event, container_id=container_id, **fields)
+
+
+def audited(inv: Invocation, event: str, act: Callable[[], None], *, container_id: str,
+            **fields: Any) -> None:
+    """`act()` with its audit record written first: the anchor may see the container
+    exit (and write `exit`) before `act` returns, and the trail keeps the order of what
+    happened.  An `act` that fails adds `<event>-failed` with the error."""
+    audit(inv, event, container_id=container_id, **fields)
+    try:
+        act()
+    except Exception as exc:
+        audit(inv, f"{event}-failed", container_id=container_id, error=str(exc), **fields)
+        raise
 
 
 def run_verb(inv: Invocation, verb: str, args: list[str], options: dict[str, Any],

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from scrun_py.commands import audit
+from scrun_py.commands import audited
 from scrun_py.container import KILL_TIMEOUT_S, Container
 from scrun_py.errors import AnchorUnreachable, ContainerNotRunning, ScrunError
 from scrun_py.layout import STOPPED
@@ -22,12 +22,15 @@ def run(inv: Invocation, container_id: str, signal: str | None) -> None:
     record = container.record()
     if container.status(record) == STOPPED:
         raise ContainerNotRunning()
-    try:
-        container.request("kill", KILL_TIMEOUT_S, signal=sig)
-    except AnchorUnreachable as exc:
-        raise ContainerNotRunning() from exc
-    audit(inv, "kill", container_id=container_id, job_id=record.job_id or None,
-          bundle=record.bundle, signal=sig)
+
+    def kill() -> None:
+        try:
+            container.request("kill", KILL_TIMEOUT_S, signal=sig)
+        except AnchorUnreachable as exc:
+            raise ContainerNotRunning() from exc
+
+    audited(inv, "kill", kill, container_id=container_id, job_id=record.job_id or None,
+            bundle=record.bundle, signal=sig)
 
 
 def run_matching(inv: Invocation, pattern: str, signal: str | None) -> None:

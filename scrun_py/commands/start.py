@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scrun_py.commands import audit
+from scrun_py.commands import audited
 from scrun_py.container import START_TIMEOUT_S, Container
 from scrun_py.errors import AnchorUnreachable, CannotStart
 from scrun_py.layout import RUNNING, STOPPED
@@ -10,7 +10,6 @@ from scrun_py.layout import RUNNING, STOPPED
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from scrun_py.settings import Invocation
-
 
 
 def run(inv: Invocation, container_id: str) -> None:
@@ -21,9 +20,12 @@ def run(inv: Invocation, container_id: str) -> None:
         raise CannotStart(CannotStart.STOPPED)
     if status == RUNNING:
         raise CannotStart(CannotStart.RUNNING)
-    try:
-        container.request("start", START_TIMEOUT_S)
-    except AnchorUnreachable as exc:
-        raise CannotStart(CannotStart.STOPPED) from exc
-    audit(inv, "start", container_id=container_id, job_id=record.job_id or None,
-          bundle=record.bundle)
+
+    def start() -> None:
+        try:
+            container.request("start", START_TIMEOUT_S)
+        except AnchorUnreachable as exc:
+            raise CannotStart(CannotStart.STOPPED) from exc
+
+    audited(inv, "start", start, container_id=container_id, job_id=record.job_id or None,
+            bundle=record.bundle)

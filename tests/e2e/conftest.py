@@ -295,6 +295,14 @@ def other_user() -> User:
         pytest.fail(f"second test user {OTHER_USER} missing: run scripts/cluster.sh up")
 
 
+def wait_until(pred: Callable[[], object], what: str, timeout: float = 60) -> None:
+    """Poll `pred` until it is true (a failed assertion naming `what` after `timeout` s)."""
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
 def wait_status(env: Env, cid: str, status: str, timeout: float = 60) -> dict[str, object]:
     """`state` of `cid` once it says `status` (a failed assertion after `timeout` s)."""
     deadline = time.monotonic() + timeout

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import BASE, STATE, TEST_USER, VENV, Env, User
+from tests.e2e.conftest import BASE, STATE, TEST_USER, VENV, Env, User, wait_until
 from tests.e2e.test_engines import Engine, _guarded, engines_up  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.e2e
@@ -34,24 +34,15 @@ def _syslog_listening() -> bool:
 
 @pytest.fixture(scope="module")
 def rsyslogd() -> Path:
-    if not _syslog_listening():
-        if subprocess.run(["which", "rsyslogd"], capture_output=True).returncode != 0:
-            subprocess.run(["apt-get", "install", "-y", "-q", "rsyslog"], check=True,
-                           capture_output=True, env={**os.environ,
-                                                     "DEBIAN_FRONTEND": "noninteractive"})
+    if not _syslog_listening():  # rsyslog is installed by scripts/cluster.sh
         subprocess.run(["rsyslogd"], check=True)
         time.sleep(0.5)
     return SYSLOG
 
 
-def _wait_for(path: Path, needle: str, timeout: float = 10) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        text = path.read_text(errors="replace") if path.exists() else ""
-        if needle in text:
-            return text
-        time.sleep(0.1)
-    raise AssertionError(f"{needle!r} not in {path}")
+def _syslog_lines(path: Path, cid: str) -> list[str]:
+    text = path.read_text(errors="replace") if path.exists() else ""
+    return [ln for ln in text.splitlines() if "scrun-py[" in ln and cid in ln]
 
 
 def _site_made(path: Path) -> None:
@@ -93,9 +84,11 @@ class TestAudit:
             assert {"time", "bundle", "engine"} <= set(r)
         assert 10 == records[2]["signal"]
         assert 5 == records[3]["exit_code"]
-        text = _wait_for(rsyslogd, f'"container_id":"{cid}","engine"')
-        lines = [ln for ln in text.splitlines() if "scrun-py[" in ln and cid in ln]
-        assert 5 == len(lines), lines
+        # rsyslogd writes each line when it gets to it: wait for the fifth
+        wait_until(lambda: len(_syslog_lines(rsyslogd, cid)) >= 5,
+                   f"five syslog lines of {cid} in {rsyslogd}", timeout=20)
+        time.sleep(0.5)  # and for a sixth, which must not come
+        assert 5 == len(_syslog_lines(rsyslogd, cid)), _syslog_lines(rsyslogd, cid)
 
     def test_failure_is_audited(self, user_env: Env, conf_dir: Path) -> None:
         """A create that fails leaves a create-failed record with the error."""

@@ -24,7 +24,7 @@ from types import FrameType
 
 import pytest
 
-from tests.e2e.conftest import STATE, TEST_USER, VENV, User, scontrol_job, squeue
+from tests.e2e.conftest import STATE, TEST_USER, VENV, User, scontrol_job, squeue, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.engines]
 
@@ -200,13 +200,6 @@ def _name(tag: str) -> str:
     return f"scrunpy-{tag}-{uuid.uuid4().hex[:8]}"
 
 
-def _wait_for(pred: object, timeout: float = 60, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-
-
 class TestDocs:
     def test_installed_configuration_is_the_documented_one(self, engines_up: None) -> None:
         """engines.sh installs exactly the docs' blocks (with the test cluster's paths)."""
@@ -247,7 +240,7 @@ class TestEngines:
                          engine.image, "sh", "-c", "echo job=$SLURM_JOB_ID; sleep 60")
         try:
             assert 0 == res.returncode, res.stderr
-            _wait_for(lambda: "job=" in engine.logs(name), what="the job id in the logs")
+            wait_until(lambda: "job=" in engine.logs(name), "the job id in the logs")
             job = re.search(r"job=(\d+)", engine.logs(name))
             assert job
             fields = squeue("-j", job.group(1), "-o", "%T|%j|%P|%l|%u").strip()
@@ -310,10 +303,10 @@ class TestEngines:
         res = engine.run("-d", "--name", name, engine.image, "sh", "-c", TRAP)
         try:
             assert 0 == res.returncode, res.stderr
-            _wait_for(lambda: "started" in engine.logs(name), what="the container to start")
+            wait_until(lambda: "started" in engine.logs(name), "the container to start")
             kill = engine("kill", "--signal", "USR1", name)
             assert 0 == kill.returncode, kill.stderr
-            _wait_for(lambda: "USR1" in engine.logs(name), what="the USR1 trap")
+            wait_until(lambda: "USR1" in engine.logs(name), "the USR1 trap")
             t0 = time.monotonic()
             stop = engine("stop", "-t", "2", name)
             assert 0 == stop.returncode, stop.stderr
@@ -346,7 +339,7 @@ class TestEngines:
         res = engine.run("-d", "--name", name, engine.image, "sleep", "120")
         try:
             assert 0 == res.returncode, res.stderr
-            _wait_for(lambda: engine.exit_code(name)[0] == "running", what="running")
+            wait_until(lambda: engine.exit_code(name)[0] == "running", "running")
             ex = engine("exec", name, "true")
             assert 0 != ex.returncode
             assert "exec is not supported by scrun-py" in ex.stdout + ex.stderr

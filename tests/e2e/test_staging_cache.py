@@ -27,7 +27,7 @@ from typing import cast
 import pytest
 
 from tests.e2e import test_engines as engines
-from tests.e2e.conftest import STATE, TEST_USER, VENV, User
+from tests.e2e.conftest import STATE, TEST_USER, VENV, User, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.engines]
 
@@ -148,7 +148,7 @@ class TestCache:
                          "echo up; sleep 60")
         try:
             assert 0 == res.returncode, res.stderr
-            engines._wait_for(lambda: "up" in engine.logs(name), what="the container")
+            wait_until(lambda: "up" in engine.logs(name), "the container")
             cid = engine("inspect", "-f", "{{.Id}}", name).stdout.strip()
             staging = engine.staging / cid
             config = json.loads((staging / "config.json").read_text())

@@ -108,3 +108,37 @@ class TestFiles:
                      container_id="c1")
         assert "" == path.read_text()
         assert "belongs to another user: not written" in capsys.readouterr().err
+
+
+class TestVerbRecords:
+    """start and kill write their record before the anchor acts (the container may exit,
+    and the anchor write `exit`, before the verb returns), and `-failed` after it."""
+
+    @pytest.fixture
+    def trail(self, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict[str, object]]]:
+        from scrun_py import commands
+
+        seen: list[tuple[str, dict[str, object]]] = []
+        monkeypatch.setattr(commands, "audit",
+                            lambda inv, event, **fields: seen.append((event, fields)))
+        return seen
+
+    def test_record_before_the_act(self, trail: list[tuple[str, dict[str, object]]]) -> None:
+        from scrun_py import commands
+
+        commands.audited(None, "kill", lambda: trail.append(("act", {})),  # type: ignore[arg-type]
+                         container_id="c1", signal=10)
+        assert [("kill", {"container_id": "c1", "signal": 10}), ("act", {})] == trail
+
+    def test_failed_act(self, trail: list[tuple[str, dict[str, object]]]) -> None:
+        from scrun_py import commands
+        from scrun_py.errors import ContainerNotRunning
+
+        def act() -> None:
+            raise ContainerNotRunning()
+
+        with pytest.raises(ContainerNotRunning):
+            commands.audited(None, "kill", act, container_id="c1", signal=9)  # type: ignore[arg-type]
+        assert ["kill", "kill-failed"] == [event for event, _ in trail]
+        assert {"container_id": "c1", "signal": 9, "error": str(ContainerNotRunning())} \
+            == trail[1][1]
