@@ -434,9 +434,10 @@ make_venv() {
     # checkout's files change.
     local src=$REPO stamp
     if runuser -u "$TEST_USER" -- test -r "$REPO/scrun_py/__init__.py" 2>/dev/null; then
-        stamp="editable-compat $REPO"
+        # what an editable install copies (the command's script) renews it too
+        stamp="editable-compat $REPO $(cd "$REPO" && cat pyproject.toml bin/scrun-py | md5sum | cut -c1-32)"
     else
-        stamp="copy $REPO $(cd "$REPO" && find scrun_py pyproject.toml -type f -newer "$VENV/bin/python" \
+        stamp="copy $REPO $(cd "$REPO" && find scrun_py bin pyproject.toml -type f -newer "$VENV/bin/python" \
                  -printf '%p %T@\n' 2>/dev/null | sort | md5sum | cut -c1-32)"
     fi
     if ! "$VENV/bin/python" -c 'import scrun_py, lupa, pytest' 2>/dev/null ||

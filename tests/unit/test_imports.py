@@ -247,6 +247,24 @@ class TestNoClickVerbsStayLean:
         assert set() == used - bare - self.ALLOWED
 
 
+    def test_the_command_script(self) -> None:
+        """bin/scrun-py, the command pip installs, imports nothing for itself: the wrapper
+        pip generates for a console-script entry point imports re on some pip releases
+        (5-10 ms on every command)."""
+        import subprocess
+        import sys
+
+        res = subprocess.run([sys.executable, "-X", "importtime",
+                              str(Path(__file__).resolve().parents[2] / "bin" / "scrun-py"),
+                              "--version"], capture_output=True, text=True, check=True,
+                             timeout=60)
+        used = {line.rpartition("|")[2].strip() for line in res.stderr.splitlines()
+                if line.startswith("import time:") and "|" in line} - {"package"}
+        assert "scrun-py version" in res.stdout
+        assert set() == used - self._imported("pass") - {"scrun_py", "scrun_py.entry",
+                                                         "__future__"}
+
+
 class TestPyslurmIsLazy:
     """pyslurm is an optional extra, and its import is costly (libslurm, every pyslurm
     module): only scrun_py/slurm/pyslurm_api.py imports it, inside a function."""
