@@ -18,18 +18,18 @@ the container; it is reported on stderr.
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import sys
-from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from scrun_py import procs, site_conf
-from scrun_py.errors import ConfigError
-from scrun_py.site_conf import SiteConf
+from scrun_py import procs
 
-_PLACEHOLDER_RE = re.compile(r"\{(user|uid)\}")
+# create imports this module for every container, with or without a site file: json, re,
+# pathlib and the site file's reader are imported where a record or a setting needs them
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from scrun_py.site_conf import SiteConf
 
 
 class AuditSettings(NamedTuple):
@@ -43,6 +43,10 @@ class AuditSettings(NamedTuple):
 
 def load_settings(slurm_conf: Path, site: SiteConf | None = None) -> AuditSettings:
     """The [audit] table of the site file (pass `site` when it is already loaded)."""
+    import re
+
+    from scrun_py import site_conf
+
     site = site_conf.load(slurm_conf) if site is None else site
     section = site.section("audit", ("file", "syslog"))
     file = section.get("file", "")
@@ -71,7 +75,7 @@ def detect_engine() -> str:
 def _append(pattern: str, uid: int, user: str, line: str) -> None:
     """Append one line to the audit file `pattern` names for this user (OSError or
     ValueError for a file that may not be written)."""
-    path = _PLACEHOLDER_RE.sub(lambda m: user if m.group(1) == "user" else str(uid), pattern)
+    path = pattern.replace("{user}", user).replace("{uid}", str(uid))
     per_user = path != pattern
     flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
@@ -92,6 +96,8 @@ def _append(pattern: str, uid: int, user: str, line: str) -> None:
 def record(settings: AuditSettings, event: str, *, container_id: str, **fields: Any) -> None:
     if not settings.enabled:
         return
+    import json
+
     from scrun_py.logs import rfc3339_now, syslog_send
 
     uid = procs.real_uid()
@@ -115,6 +121,8 @@ def record(settings: AuditSettings, event: str, *, container_id: str, **fields: 
 def emit(slurm_conf: Path, event: str, *, container_id: str, **fields: Any) -> None:
     """Load the site settings and record; a broken site file only warns here (create
     validates it up front)."""
+    from scrun_py.errors import ConfigError
+
     try:
         settings = load_settings(slurm_conf)
     except ConfigError as exc:

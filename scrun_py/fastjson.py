@@ -63,6 +63,8 @@ def _plain(obj: Any) -> str:
         return int.__repr__(obj)
     if isinstance(obj, dict) and all(isinstance(k, str) for k in obj):
         return "{" + ",".join(f"{_plain(k)}:{_plain(v)}" for k, v in obj.items()) + "}"
+    if isinstance(obj, (list, tuple)):
+        return "[" + ",".join(_plain(v) for v in obj) + "]"
     raise TypeError(f"{type(obj).__name__} is not written here")
 
 

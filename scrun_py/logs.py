@@ -12,15 +12,16 @@ the last error record back from that file.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import sys
 import time
 from collections.abc import Mapping, MutableMapping
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scrun_py import flags
+
+if TYPE_CHECKING:  # create imports this module for its clock: json and pathlib stay out
+    from pathlib import Path
 
 # Level word → stdlib-style number, for every word of the ladder (flags.LEVELS).
 LEVELS: dict[str, int] = {lvl.word: lvl.number for lvl in flags.LEVELS}
@@ -56,6 +57,8 @@ def rfc3339_now() -> str:
 
 
 def format_record(level: str, msg: str, fmt: str, fields: Mapping[str, Any] | None = None) -> str:
+    import json
+
     now = rfc3339_now()
     if fmt == "json":
         record = {"level": level, "msg": msg, "time": now}

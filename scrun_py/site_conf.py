@@ -22,7 +22,6 @@ from scrun_py.errors import ConfigError
 from scrun_py.layout import SITE_FILE
 
 SECTIONS = ("audit", "policy", "trust")
-TRUST_KEYS = ("site_files", "lua_override", "container_env")  # scrun_py.trust
 
 
 class SiteConf(NamedTuple):
@@ -89,7 +88,9 @@ def load(slurm_conf: Path, system: Path | None = None) -> SiteConf:
     trust = system_data.get("trust", {})
     if not isinstance(trust, dict):
         raise ConfigError(f"{system}: [trust] must be a table")
-    unknown = sorted(set(trust) - set(TRUST_KEYS))
+    from scrun_py.trust import KEYS
+
+    unknown = sorted(set(trust) - set(KEYS))
     if unknown:  # checked whatever file is in use: a typo must not switch a setting off
         raise ConfigError(f"{system}: [trust]: unknown key {unknown[0]}")
     pinned = trust.get("site_files", "any")

@@ -9,21 +9,25 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
-import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from scrun_py import container
 from scrun_py.container import validate_id
 from scrun_py.errors import ScrunError
 from scrun_py.layout import SOCKET_NAME, STATE_FILE
 
+if TYPE_CHECKING:  # create imports this module: re and socket are the anchor's
+    import socket
+
 __all__ = ["SOCKET_NAME", "STATE_FILE", "check_private", "validate_id"]
 
 def matching_ids(root: Path, pattern: str) -> list[str]:
     """Ids of the containers under `root` that the regular expression `pattern` matches
     anywhere (crun's `--regex`, which uses POSIX regexec), sorted."""
+    import re
+
     try:
         regex = re.compile(pattern)
     except re.error as exc:
@@ -137,6 +141,8 @@ def short_address(fd: int, name: str = SOCKET_NAME) -> str:
 
 def bind(path: Path) -> socket.socket:
     """Bind and listen on the anchor socket in directory `path` (0600)."""
+    import socket
+
     with dir_fd(path) as fd:
         address = short_address(fd)
         with contextlib.suppress(FileNotFoundError):

@@ -15,13 +15,15 @@ from the file in use.  docs/security.md explains the rule.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-from scrun_py import flags, site_conf
-from scrun_py.site_conf import SiteConf
+from scrun_py import flags
 from scrun_py.slurm.options import SCRUN_OPTIONS
 
-KEYS = site_conf.TRUST_KEYS
+if TYPE_CHECKING:  # create uses the default rule without reading a site file
+    from scrun_py.site_conf import SiteConf
+
+KEYS = ("site_files", "lua_override", "container_env")  # site_conf checks them
 LUA_OVERRIDE_ENV = "SCRUN_PY_LUA"
 # SCRUN_* options whose value is a program srun runs (on the login node, or on the node
 # before the container): an image must not choose what runs outside its container

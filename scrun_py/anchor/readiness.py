@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
 import select
 from typing import Any
+
+from scrun_py import fastjson
 
 
 def write_ready(fd: int, pid: int) -> None:
@@ -18,7 +19,7 @@ def write_failed(fd: int, kind: str, message: str) -> None:
 
 def _write(fd: int, obj: dict[str, Any]) -> None:
     try:
-        os.write(fd, json.dumps(obj).encode() + b"\n")
+        os.write(fd, fastjson.dumps(obj).encode() + b"\n")
     except OSError:
         pass  # create went away: nothing to tell
 
@@ -37,7 +38,7 @@ def read_result(fd: int, timeout_s: float | None) -> dict[str, Any] | None:
     if not buf.strip():
         return None
     try:
-        obj = json.loads(buf)
+        obj = fastjson.loads(buf)
     except ValueError:
         return None
     return obj if isinstance(obj, dict) else None

@@ -7,9 +7,12 @@ pydantic: it starts faster and stays smaller (one anchor runs per container).
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from scrun_py import fastjson
+
+if TYPE_CHECKING:  # create builds a spec without pathlib; the anchor reads it with it
+    from pathlib import Path
 
 
 class ProcessInfo(NamedTuple):
@@ -42,6 +45,8 @@ class BundleInfo(NamedTuple):
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> BundleInfo:
+        from pathlib import Path
+
         cfg = d["config"]
         return cls(path=Path(d["path"]), rootfs=Path(d["rootfs"]),
                    config=ConfigInfo(ociVersion=cfg["ociVersion"],
@@ -85,8 +90,8 @@ class AnchorSpec(NamedTuple):
     lua_override: bool = True  # whether SCRUN_PY_LUA may name another scrun.lua
 
     def to_json(self) -> str:
-        return json.dumps(self._asdict())
+        return fastjson.dumps(self._asdict())
 
     @classmethod
     def from_json(cls, data: str) -> AnchorSpec:
-        return cls(**json.loads(data))
+        return cls(**fastjson.loads(data))

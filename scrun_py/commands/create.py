@@ -8,7 +8,7 @@ import os
 import signal
 from typing import TYPE_CHECKING, Any
 
-from scrun_py import audit, policy, procs, site_conf, spool, store, trust
+from scrun_py import audit, procs, spool, store, trust
 from scrun_py.anchor import launch, readiness
 from scrun_py.anchor.launch import AnchorProcess, EarlyAnchor
 from scrun_py.anchor.spec import (
@@ -18,11 +18,13 @@ from scrun_py.anchor.spec import (
     ProcessInfo,
     RuntimeSettings,
 )
+from scrun_py.container import site_file_may_apply
 from scrun_py.errors import AnchorStartupFailed, ScrunError, rebuild
 from scrun_py.logs import rfc3339_now
 from scrun_py.settings import Invocation
 
 if TYPE_CHECKING:
+    from scrun_py import policy
     from scrun_py.oci.bundle import Bundle
 
 
@@ -34,15 +36,27 @@ def run(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | 
     the caller ends it if create fails before handing it one.
     """
     spool.validate_id(container_id)
-    site = site_conf.load(inv.slurm_conf_path())
-    settings = audit.load_settings(inv.slurm_conf_path(), site)
+    # without a site file in either place there is no audit trail and no policy, and the
+    # trust rule is the default one: the modules that read them are not even imported
+    site = None
+    settings = audit.AuditSettings()
+    if site_file_may_apply(inv.slurm_conf_file()):
+        from scrun_py import site_conf
+
+        site = site_conf.load(inv.slurm_conf_path())
+        settings = audit.load_settings(inv.slurm_conf_path(), site)
     applied: list[str] = []
     try:
-        site_policy = policy.load_policy(site)  # a broken policy is audited as a failure
-        site_trust = trust.parse(site)
-        trust.check_lua_override(site_trust, os.environ, site)
+        site_policy, site_trust, site_dir = None, trust.Trust(), ""
+        if site is not None:
+            from scrun_py import policy
+
+            site_policy = policy.load_policy(site)  # a broken policy is audited as a failure
+            site_trust = trust.parse(site)
+            trust.check_lua_override(site_trust, os.environ, site)
+            site_dir = str(site.directory)
         anchor = _create(inv, container_id, bundle, pid_file, console_socket, settings,
-                         site_policy, applied, early, (site, site_trust))
+                         site_policy, applied, early, site_trust, site_dir)
     except ScrunError as exc:
         audit.record(settings, "create-failed", container_id=container_id,
                      engine=audit.detect_engine(), bundle=bundle, error=str(exc))
@@ -60,14 +74,14 @@ def run(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | 
 
 def _create(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | None,
             console_socket: str | None,
-            settings: audit.AuditSettings, site_policy: policy.Policy,
-            applied: list[str], early: EarlyAnchor | None,
-            site: tuple[site_conf.SiteConf, trust.Trust]) -> AnchorProcess:
+            settings: audit.AuditSettings, site_policy: policy.Policy | None,
+            applied: list[str], early: EarlyAnchor | None, site_trust: trust.Trust,
+            site_dir: str) -> AnchorProcess:
     from scrun_py.oci.bundle import load_bundle
 
     bundle_path = os.path.abspath(bundle) if bundle else os.getcwd()
     loaded = load_bundle(bundle_path)
-    if not site_policy.empty:
+    if site_policy is not None and not site_policy.empty:
         applied.extend(_apply_policy(inv, container_id, loaded, site_policy))
     pid_path = os.path.abspath(pid_file) if pid_file else ""
     if pid_path and not os.path.isdir(os.path.dirname(pid_path)):
@@ -75,7 +89,7 @@ def _create(inv: Invocation, container_id: str, bundle: str | None, pid_file: st
     if console_socket and not loaded.config.process.terminal:
         console_socket = None  # runc ignores it when no terminal is requested
     runtime = RuntimeSettings(**_runtime_settings(inv))
-    bundle_info = _bundle_info(inv, container_id, loaded, site[1])
+    bundle_info = _bundle_info(inv, container_id, loaded, site_trust)
     spool.ensure_root(inv.root)
     cdir = spool.make_container_dir(inv.root, container_id)
     if early is not None:
@@ -92,7 +106,7 @@ def _create(inv: Invocation, container_id: str, bundle: str | None, pid_file: st
         ready_fd=write_fd, created=rfc3339_now(), bundle_info=bundle_info.to_dict(),
         runtime=runtime._asdict(), audit_file=settings.file,
         audit_syslog=settings.syslog, engine=audit.detect_engine(),
-        site_dir=str(site[0].directory), lua_override=site[1].lua_override)
+        site_dir=site_dir, lua_override=site_trust.lua_override)
     try:
         if early is not None:
             started = early.send(spec)
@@ -176,6 +190,7 @@ def _apply_policy(inv: Invocation, container_id: str, loaded: Bundle,
     Runs before the anchor exists: a refusal leaves nothing to clean up, and stage_in
     (and the node's runtime) only ever see the enforced config.json.
     """
+    from scrun_py import policy
     from scrun_py.oci.bundle import write_config
 
     outcome = policy.enforce(site_policy, loaded.raw, bundle=str(loaded.path),
@@ -194,6 +209,8 @@ def _apply_policy(inv: Invocation, container_id: str, loaded: Bundle,
 def policy_subject() -> policy.Subject:
     """The real user behind this create (rootless podman runs us as its namespace's 0)."""
     import pwd
+
+    from scrun_py import policy
 
     uid = procs.real_uid()
     try:

@@ -9,13 +9,11 @@ model does no I/O; `load_bundle` reads the file.
 
 from __future__ import annotations
 
-import json
 import os
-import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+from scrun_py import fastjson
 from scrun_py.errors import BundleError
 
 if TYPE_CHECKING:
@@ -23,9 +21,9 @@ if TYPE_CHECKING:
 
 # SemVer 2.0.0 (semver.org), which the runtime spec requires of ociVersion
 _IDENT = r"(?:0|[1-9][0-9]*|[0-9]*[A-Za-z-][0-9A-Za-z-]*)"
-_SEMVER = re.compile(r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)"
-                     rf"(?:-{_IDENT}(?:\.{_IDENT})*)?"
-                     r"(?:\+[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?", re.ASCII)
+_SEMVER = (r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)"
+           rf"(?:-{_IDENT}(?:\.{_IDENT})*)?"
+           r"(?:\+[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?")
 #: the runtime spec's major version: the only one there is, and the one scrun-py runs
 SPEC_MAJOR = 1
 #: the PATH runc and crun look a program up on when process.env has none
@@ -49,22 +47,19 @@ def program_in_rootfs(args: list[str], env: list[str], rootfs: str) -> list[str]
     return args
 
 
-@dataclass(frozen=True)
-class RootConfig:
+class RootConfig(NamedTuple):
     path: str
     readonly: bool = False
 
 
-@dataclass(frozen=True)
-class ProcessConfig:
+class ProcessConfig(NamedTuple):
     args: list[str]
     env: list[str]
     terminal: bool = False
     cwd: str = "/"
 
 
-@dataclass(frozen=True)
-class OciConfig:
+class OciConfig(NamedTuple):
     """The validated fields of config.json that scrun-py reads."""
 
     ociVersion: str  # noqa: N815 - the JSON key
@@ -135,8 +130,7 @@ def _model_config(raw: dict[str, Any]) -> OciConfig:
                      annotations=dict(cfg.annotations))
 
 
-@dataclass(frozen=True)
-class Bundle:
+class Bundle(NamedTuple):
     path: Path
     config: OciConfig
     rootfs: Path
@@ -177,12 +171,31 @@ def oci_version_problem(version: str) -> str:
     The runtime spec requires a SemVer 2.0.0 string and lets a runtime refuse a
     version it does not support: only major version 1 exists.
     """
-    match = _SEMVER.fullmatch(version)
-    if match is None:
-        return f"ociVersion {version!r} is not a SemVer 2.0.0 version"
-    if int(match.group(1)) != SPEC_MAJOR:
+    parts = version.split(".")
+    if len(parts) == 3 and all(p.isascii() and p.isdigit() and (p == "0" or p[0] != "0")
+                               for p in parts):
+        major = parts[0]  # the common case, without compiling the pattern (re is lazy)
+    else:
+        import re
+
+        match = re.fullmatch(_SEMVER, version, re.ASCII)
+        if match is None:
+            return f"ociVersion {version!r} is not a SemVer 2.0.0 version"
+        major = match.group(1)
+    if int(major) != SPEC_MAJOR:
         return f"ociVersion {version!r} is not supported (only {SPEC_MAJOR}.x)"
     return ""
+
+
+def _json_loads(data: bytes) -> Any:
+    """json.loads, through the C scanner without importing json (create's critical path);
+    a document that is not valid JSON is parsed again by json for its exact message."""
+    try:
+        return fastjson.loads(data)
+    except ValueError:
+        import json
+
+        return json.loads(data)
 
 
 def load_bundle(path: str | Path) -> Bundle:
@@ -191,7 +204,7 @@ def load_bundle(path: str | Path) -> Bundle:
         raise BundleError(f"bundle {bundle}: not a directory")
     cfg_path = bundle / "config.json"
     try:
-        raw: Any = json.loads(cfg_path.read_bytes())
+        raw: Any = _json_loads(cfg_path.read_bytes())
     except FileNotFoundError as exc:
         raise BundleError(f"bundle {bundle}: config.json not found") from exc
     except PermissionError as exc:
@@ -224,7 +237,7 @@ def bundle_rootfs_problem(bundle_dir: str, release: str) -> str:
     (Slurm 22.05) would run another rootfs than the config names, or "".  A bundle this
     host cannot read is left to the node ("")."""
     try:
-        path = json.loads((Path(bundle_dir) / "config.json").read_bytes())["root"]["path"]
+        path = _json_loads((Path(bundle_dir) / "config.json").read_bytes())["root"]["path"]
     except (OSError, ValueError, LookupError, TypeError, RecursionError):
         return ""
     used = os.path.join(bundle_dir, "rootfs")
@@ -237,6 +250,8 @@ def bundle_rootfs_problem(bundle_dir: str, release: str) -> str:
 
 def write_config(bundle: Bundle, config: dict[str, Any]) -> None:
     """Replace the bundle's config.json atomically, keeping its mode and owner."""
+    import json
+
     target = bundle.config_file
     tmp = target.with_name(f".config.json.scrun-py.{os.getpid()}")
     try:
