@@ -9,18 +9,18 @@ anything.  The readiness pipe (anchor/readiness.py) exists from the fork on.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
-import subprocess
 import sys
 
 from scrun_py import procs
 
-# entry.py forks before create's imports: this module imports no more than it must
+# cmdline.py forks the anchor right after this import, and everything imported before the
+# fork is on create's critical path: os and sys only (subprocess alone imports locale,
+# re, signal, enum, threading; the child and the parent each import what they use after)
 # (mypy reads this name as typing's)
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import subprocess
     from collections.abc import Callable
     from typing import NoReturn
 
@@ -94,15 +94,23 @@ class EarlyAnchor:
 
     def abandon(self) -> None:
         """create failed before the spec was sent: end the child, which did nothing."""
+        import signal
+
         for fd in (self._spec_write, self._ready_read):
             if fd >= 0:
-                with contextlib.suppress(OSError):
+                try:
                     os.close(fd)
+                except OSError:
+                    pass
         self._spec_write = self._ready_read = -1
-        with contextlib.suppress(OSError):
+        try:
             os.kill(self.pid, signal.SIGKILL)
-        with contextlib.suppress(ChildProcessError):
+        except OSError:
+            pass
+        try:
             os.waitpid(self.pid, 0)
+        except ChildProcessError:
+            pass
 
 
 def _fork(ready_read: int, ready_write: int, slurm_conf: str | None) -> tuple[int, int]:
@@ -143,9 +151,11 @@ def _child(spec_read: int, ready_write: int, slurm_conf: str | None) -> NoReturn
         # no spec: create failed (or died) before it had a container to give us
         rc = _run_spec(b"".join(chunks), run_anchor) if chunks else 0
     finally:
-        with contextlib.suppress(BaseException):
+        try:
             sys.stdout.flush()
             sys.stderr.flush()
+        except BaseException:
+            pass
         os._exit(rc)
 
 
@@ -172,6 +182,8 @@ def start_late(inv: Invocation, spec: AnchorSpec, ready_read: int) -> AnchorProc
         env = {**os.environ, "SLURM_CONF": str(inv.slurm_conf)}
     prefix = userns_prefix()
     if prefix:
+        import subprocess
+
         stdio = subprocess.DEVNULL if spec.console_socket else None
         popen = subprocess.Popen(
             [*prefix, sys.executable, "-P", "-m", "scrun_py.anchor", spec.to_json()],
