@@ -40,7 +40,7 @@ STATE = Path(os.environ.get("SCRUN_TEST_STATE", "/var/lib/scrun-py-test"))
 SLURM_PREFIX = os.environ.get("SCRUN_TEST_SLURM_PREFIX", "")
 SLURM_BIN = Path(SLURM_PREFIX, "bin") if SLURM_PREFIX else Path("/usr/bin")
 REPO = Path(__file__).resolve().parents[1]
-HANG_S = int(os.environ.get("SCRUN_BENCH_HANG_S", "60"))
+HANG_S = 60
 VENV = Path(os.environ.get("SCRUN_TEST_VENV", "/opt/scrun-py/venv"))
 USER = os.environ.get("SCRUN_TEST_USER", "scruntest")
 SCRUN = str(VENV / "bin" / "scrun-py")
@@ -326,10 +326,13 @@ def guarded(fn: Callable[[str], None], n: int, cids: Callable[[], str],
 
 
 def versus_conf(work: Path) -> Path:
-    """One configuration directory for both runtimes: the cluster's slurm.conf and
-    oci.conf (plus SrunPath: Slurm's scrun starts srun without PATH) and the
-    shared-filesystem scrun.lua (Slurm's scrun needs one)."""
+    """One configuration directory for every row and both runtimes (made once): the
+    cluster's slurm.conf and oci.conf (plus SrunPath: Slurm's scrun starts srun without
+    PATH) and the shared-filesystem scrun.lua, whose hooks only log (Slurm's scrun needs
+    one; sites have one)."""
     conf = work / "vconf"
+    if (conf / "slurm.conf").exists():
+        return conf
     conf.mkdir()
     for name in ("slurm.conf", "cgroup.conf"):
         if (STATE / name).exists():
@@ -592,7 +595,7 @@ def concurrent_runs(pw: pwd.struct_passwd, env: dict[str, str], root: str, work:
             "slurm_daemons_cpu_s_per_container": round(daemons / count, 3)}
 
 
-TARGETS = (("lifecycle", 2.5, "x Slurm's scrun"), ("state", 3.0, "x Slurm's scrun"),
+TARGETS = (("lifecycle", 2.0, "x Slurm's scrun"), ("state", 2.5, "x Slurm's scrun"),
            ("--version", 25.0, "ms"), ("rss", 15.0, "MB"))
 ENGINE_EXTRA_S = 0.45  # run --rm of an image that already ran: at most the plain runtime's + this
 
@@ -682,7 +685,7 @@ def main() -> None:
                     help="lifecycles counted for failures and hangs")
     ap.add_argument("--many", type=int, default=50,
                     help="containers running at once for the memory row")
-    ap.add_argument("--concurrent", type=int, default=200,
+    ap.add_argument("--concurrent", type=int, default=500,
                     help="`scrun-py run` started at once")
     ap.add_argument("--skip-engines", action="store_true",
                     help="no podman/docker rows (both tables)")
@@ -693,8 +696,20 @@ def main() -> None:
     ap.add_argument("--backends-only", action="store_true",
                     help="only the Slurm backends side by side (bench/backends.py), "
                          "written to results/backends.json")
+    ap.add_argument("--install", choices=("site", "venv"), default="site",
+                    help="site (the default): pip-install this checkout as the test user "
+                         "into a fresh virtualenv, as a site does (bench/site_install.py); "
+                         "venv: the virtualenv SCRUN_TEST_VENV names (the test one)")
     opts = ap.parse_args()
     pw = pwd.getpwnam(USER)
+    if opts.install == "site":
+        import site_install
+
+        venv = site_install.make(pw)
+        # again, with the module's paths (VENV, SCRUN) naming the new virtualenv
+        os.execve(sys.executable, [sys.executable, __file__, *sys.argv[1:], "--install",
+                                   "venv"], {**os.environ, "SCRUN_TEST_VENV": str(venv)})
+    print(f"[bench] scrun-py of {VENV}", flush=True)
     env = user_env(pw)
     work = Path(tempfile.mkdtemp(prefix="scrun-bench-", dir="/tmp"))
     atexit.register(shutil.rmtree, work, True)  # also when a row fails
@@ -705,6 +720,9 @@ def main() -> None:
     make_bundle(work / "true", ["true"])
     make_bundle(work / "sleep", ["sleep", "600"])
     subprocess.run(["chown", "-R", f"{pw.pw_uid}:{pw.pw_gid}", str(work)], check=True)
+    # every row runs with the site's configuration: the cluster's slurm.conf and oci.conf
+    # beside a scrun.lua whose hooks log (lua/scrun.lua), as a site has
+    env["SLURM_CONF"] = str(versus_conf(work) / "slurm.conf")
     root = str(work / "root")
     rows: list[dict[str, object]] = []
     counter = iter(range(10**9))
