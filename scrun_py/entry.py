@@ -2,9 +2,10 @@
 
 Engines call `--version` (podman info) and `create`/`start`/`delete` once per
 container, and tools poll `state` often; importing click costs more than the work
-itself.  The command lines cmdline.py parses (those verbs, with any of their options)
-run without it; everything else goes to the click CLI (help, usage, the other verbs,
-and every usage error).  Both run the same verbs (commands/) with the same fatal path.
+itself.  The command lines cli/fast_path.py parses (those verbs, with any of their
+options) run without it; everything else goes to the click CLI (help, usage, the other
+verbs, and every usage error).  Both run the same verbs (commands/) with the same fatal
+path.
 
 Either way the process ends with `os._exit` once stdout/stderr are flushed: every log
 write is unbuffered, and tearing down the interpreter (pydantic after `create`) only
@@ -40,12 +41,12 @@ def main() -> NoReturn:
 
         sys.stdout.write(version_text() + "\n")
         _exit(0)
-    from scrun_py import cmdline
+    from scrun_py.cli import fast_path
 
-    call = cmdline.parse(argv)
+    call = fast_path.parse(argv)
     if call is not None:
-        _exit(cmdline.run(argv, call))
-    from scrun_py.cli import main as cli_main
+        _exit(fast_path.run(argv, call))
+    from scrun_py.cli.click_app import main as cli_main
 
     try:
         cli_main(argv)

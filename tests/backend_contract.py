@@ -18,9 +18,9 @@ from typing import Protocol
 
 import pytest
 
-from scrun_py.errors import AllocationFailed
+from scrun_py.base.errors import AllocationFailed
+from scrun_py.base.threads import Cancel
 from scrun_py.slurm.backend import Allocation, SlurmBackend, Step, StepRequest
-from scrun_py.threads import Cancel
 
 TIME_LIMIT_MIN = 10  # the job's time limit the suite asks for
 STEP_WAIT_S = 60.0

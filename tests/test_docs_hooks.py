@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from scrun_py.hooks.spec import HOOKS, JSON_MODULE_API, SLURM_API, SLURM_CONSTANTS
+from scrun_py.hooks.contract import HOOKS, JSON_MODULE_API, SLURM_API, SLURM_CONSTANTS
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "hooks.md"

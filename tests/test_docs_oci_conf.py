@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from scrun_py.oci_conf import OciConf, parse_oci_conf
-from scrun_py.patterns import KNOWN_TOKENS
+from scrun_py.site.oci_conf import OciConf, parse_oci_conf
+from scrun_py.site.patterns import KNOWN_TOKENS
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "oci.conf.md"

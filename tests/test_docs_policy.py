@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from scrun_py import policy, site_conf
+from scrun_py.site import policy, site_conf
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "policy.md"
 
@@ -25,7 +25,7 @@ def test_example_loads_and_sets_every_rule(tmp_path: Path) -> None:
 def test_trust_example_is_the_systems(tmp_path: Path) -> None:
     """The [trust] example, as the system's file, pins the site's files and refuses
     SCRUN_PY_LUA."""
-    from scrun_py import trust
+    from scrun_py.site import trust
 
     blocks = re.findall(r"```toml\n(.*?)```", DOC.read_text(), re.S)
     example = next(b for b in blocks if "[trust]" in b)

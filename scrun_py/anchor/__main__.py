@@ -1,7 +1,7 @@
 """The anchor process: `run_anchor(spec)` in the child `create` forks, or
 `python -m scrun_py.anchor SPEC_JSON` (rootless podman: behind `unshare`).
 
-The only place besides cli.main that exits: with the container's exit code.
+The only place besides click_app.main that exits: with the container's exit code.
 """
 
 from __future__ import annotations
@@ -12,17 +12,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from scrun_py.anchor import readiness
-from scrun_py.anchor.spec import AnchorSpec
+from scrun_py.anchor.handoff import AnchorSpec
 
 if TYPE_CHECKING:
     from scrun_py.anchor.lifecycle import Lifecycle
-    from scrun_py.logs import Logger
+    from scrun_py.base.logs import Logger
 
 
 def _logger(spec: AnchorSpec, environ: dict[str, str],
             overrides: dict[str, str | None] | None = None) -> Logger:
     """The anchor's logger; ConfigError for a bad level word."""
-    from scrun_py import logs
+    from scrun_py.base import logs
 
     levels = logs.env_levels(environ, debug=spec.debug, verbosity=spec.verbosity,
                              log_level=spec.log_level, overrides=overrides)
@@ -36,9 +36,9 @@ def _prepare(spec: AnchorSpec, log: Logger) -> Lifecycle:
     """Everything that can fail before anything exists in Slurm (raises ScrunError).
     Moves `log` to the levels oci.conf and the bundle's environment ask for."""
     from scrun_py.anchor.container import Container
+    from scrun_py.anchor.handoff import BundleInfo, RuntimeSettings
     from scrun_py.anchor.lifecycle import Lifecycle
-    from scrun_py.anchor.spec import BundleInfo, RuntimeSettings
-    from scrun_py.errors import ScrunError
+    from scrun_py.base.errors import ScrunError
     from scrun_py.hooks.interface import load_hooks
     from scrun_py.slurm import choice
     from scrun_py.slurm.options import ANNOTATION_OPTIONS, ignored_warning, job_options
@@ -78,10 +78,10 @@ def _prepare(spec: AnchorSpec, log: Logger) -> Lifecycle:
 
 
 def _run(spec: AnchorSpec, log: Logger) -> int:
-    from scrun_py import spool
     from scrun_py.anchor import signals
     from scrun_py.anchor.server import ControlServer
-    from scrun_py.errors import ScrunError, error_kind
+    from scrun_py.base.errors import ScrunError, error_kind
+    from scrun_py.container import spool
 
     cdir = spool.container_dir(Path(spec.root), spec.container_id)
     try:
@@ -133,8 +133,8 @@ def preload() -> None:
 
 def run_anchor(spec: AnchorSpec) -> int:
     """Run the container's anchor until it has stopped; its exit code."""
-    from scrun_py import logs, procs
-    from scrun_py.errors import ScrunError
+    from scrun_py.base import logs, procs
+    from scrun_py.base.errors import ScrunError
 
     preload()
     try:

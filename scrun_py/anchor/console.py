@@ -6,7 +6,7 @@ import os
 import socket
 from pathlib import Path
 
-from scrun_py.errors import ScrunError
+from scrun_py.base.errors import ScrunError
 
 
 def open_pty() -> tuple[int, int, str]:

@@ -14,13 +14,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from scrun_py import audit, procs, spool, store, threads
-from scrun_py.anchor.spec import AnchorSpec, BundleInfo
+from scrun_py.anchor.handoff import AnchorSpec, BundleInfo
+from scrun_py.base import procs, threads
+from scrun_py.base.logs import Logger
+from scrun_py.base.threads import Cancel
+from scrun_py.container import spool, store
+from scrun_py.container.status import Status
 from scrun_py.hooks.interface import HookContext, Hooks, NoHooks
-from scrun_py.logs import Logger
+from scrun_py.site import audit
 from scrun_py.slurm.backend import Allocation
-from scrun_py.status import Status
-from scrun_py.threads import Cancel
 
 
 class Container:
@@ -174,7 +176,7 @@ class Container:
             spool.remove_pid_file(Path(self.spec.pid_file), os.getpid())
 
     def abandon_script(self) -> Path:
-        from scrun_py.layout import ABANDON_FILE
+        from scrun_py.base.layout import ABANDON_FILE
 
         return self.dir / ABANDON_FILE
 

@@ -13,13 +13,14 @@ import threading
 import time
 from collections.abc import Callable
 
-from scrun_py import procs, spool, threads
 from scrun_py.anchor.container import Container
 from scrun_py.anchor.table import FATAL_BY_DEFAULT
-from scrun_py.errors import AllocationFailed, ScrunError, SlurmError
+from scrun_py.base import procs, threads
+from scrun_py.base.errors import AllocationFailed, ScrunError, SlurmError
+from scrun_py.base.threads import Cancel
+from scrun_py.container import spool
 from scrun_py.slurm.backend import Allocation, SlurmBackend, Step, StepRequest
 from scrun_py.slurm.options import JobOptions
-from scrun_py.threads import Cancel
 
 RELEASE_TIMEOUT_S = 60.0
 STEP_RETRY_S = 60.0  # slurmctld restarting while srun creates the step
@@ -28,9 +29,9 @@ SIGKILL = int(signal.SIGKILL)
 
 
 class Job:
-    def __init__(self, box: Container, backend: SlurmBackend, job_opts: JobOptions,
+    def __init__(self, container: Container, backend: SlurmBackend, job_opts: JobOptions,
                  alloc_timeout_s: float | None) -> None:
-        self.box = box
+        self.container = container
         self.backend = backend
         self.job_opts = job_opts
         self.alloc_timeout_s = alloc_timeout_s
@@ -44,27 +45,27 @@ class Job:
     def allocate(self, cancel: Cancel) -> Allocation:
         """A new job, or the running job named by SLURM_JOB_ID; Cancelled once `cancel`
         is set (a job requested is cancelled)."""
-        box, rec = self.box, self.box.record
-        existing = box.environ.get("SLURM_JOB_ID", "")
-        box.event("allocation started")
+        container, rec = self.container, self.container.record
+        existing = container.environ.get("SLURM_JOB_ID", "")
+        container.event("allocation started")
         if existing:
             if not existing.isdigit():
                 raise AllocationFailed(f"SLURM_JOB_ID is not a job id: {existing!r}")
             rec.job_id, rec.owns_job = int(existing), False
             self.alloc = threads.call(
-                lambda: self.backend.attach(int(existing), dict(box.environ)), cancel,
+                lambda: self.backend.attach(int(existing), dict(container.environ)), cancel,
                 "scrun-attach")
         else:
             def on_job_id(job_id: int) -> None:
                 rec.job_id = job_id
-                box.save()
+                container.save()
 
-            self.alloc = self.backend.allocate(self.job_opts.alloc, dict(box.environ),
+            self.alloc = self.backend.allocate(self.job_opts.alloc, dict(container.environ),
                                                on_job_id, self.alloc_timeout_s, cancel,
-                                               str(box.abandon_script()))
+                                               str(container.abandon_script()))
             rec.job_id = self.alloc.job_id
-        box.save()
-        box.event("allocation granted")
+        container.save()
+        container.event("allocation granted")
         return self.alloc
 
     def info(self, alloc: Allocation) -> tuple[float | None, int, int]:
@@ -83,40 +84,40 @@ class Job:
 
     def end(self, code: int) -> None:
         """End an owned job with the container's exit code; leave an existing one running."""
-        box, alloc = self.box, self.alloc
+        container, alloc = self.container, self.alloc
         if alloc is None:
-            if box.record.job_id and box.record.owns_job:  # allocation cut short
-                self.backend.cancel(box.record.job_id)
+            if container.record.job_id and container.record.owns_job:  # allocation cut short
+                self.backend.cancel(container.record.job_id)
             return
         if not alloc.owned:
-            box.event("existing allocation left running")
+            container.event("existing allocation left running")
             return
-        box.event("job end started")
+        container.event("job end started")
         try:
             self.backend.release(alloc, code, RELEASE_TIMEOUT_S)
         except SlurmError as exc:
-            box.log.error("ending the job failed", error=str(exc), job_id=alloc.job_id)
-        box.event("job end finished")
+            container.log.error("ending the job failed", error=str(exc), job_id=alloc.job_id)
+        container.event("job end finished")
 
     # ---- the step ----------------------------------------------------------------------------
     def launch(self) -> Step:
         """Start the container step with the caller's stdio (stderr through the relay)
         or the pty; raises ScrunError."""
-        box, alloc = self.box, self.alloc
+        container, alloc = self.container, self.alloc
         assert alloc is not None
         req = StepRequest(
-            job_id=alloc.job_id, container_id=box.record.id,
-            bundle=box.ctx.bundle if box.ctx else str(box.bundle.path),
-            args=box.bundle.config.process.args, env=box.job_env(alloc),
-            step_opts=self.job_opts.step, pty_slave=box.pty_slave,
-            pty=box.pty_slave is not None or (box.bundle.config.process.terminal
-                                              and os.isatty(0)),
+            job_id=alloc.job_id, container_id=container.record.id,
+            bundle=container.ctx.bundle if container.ctx else str(container.bundle.path),
+            args=container.bundle.config.process.args, env=container.job_env(alloc),
+            step_opts=self.job_opts.step, pty_slave=container.pty_slave,
+            pty=container.pty_slave is not None or (container.bundle.config.process.terminal
+                                                    and os.isatty(0)),
             stdio=(0, 1, 2))
-        box.event("launch started")
+        container.event("launch started")
         self.step = self.backend.launch_step(req)
-        if box.pty_slave is not None:
-            os.close(box.pty_slave)
-            box.pty_slave = None
+        if container.pty_slave is not None:
+            os.close(container.pty_slave)
+            container.pty_slave = None
         return self.step
 
     def wait_step(self, step: Step, check_revoked: bool,
@@ -132,7 +133,7 @@ class Job:
             if not (code and outcome.retry
                     and time.monotonic() < deadline and may_relaunch()):
                 break
-            self.box.event("step not created, launching it again", reason=outcome.not_created)
+            self.container.event("step not created, launching it again", reason=outcome.not_created)
             self._relaunching = True
             time.sleep(STEP_RETRY_PAUSE_S)
             self._relaunching = False
@@ -141,7 +142,7 @@ class Job:
             try:
                 step = self.launch()
             except ScrunError as exc:
-                self.box.event("relaunch failed", error=str(exc))
+                self.container.event("relaunch failed", error=str(exc))
                 break
         if self._signal_while_relaunching:  # the container never ran: as a kill before start
             code = 128 + self._signal_while_relaunching
@@ -151,8 +152,8 @@ class Job:
             # up waiting for the task and exits 0, but the container did not finish;
             # report it as killed, like Slurm did
             code = 128 + SIGKILL
-            self.box.event("job ended while the container ran", stderr=alloc.messages[-3:])
-        self.box.event("step finished", exit_code=code)
+            self.container.event("job ended while the container ran", stderr=alloc.messages[-3:])
+        self.container.event("step finished", exit_code=code)
         return code
 
     def step_alive(self) -> bool:
@@ -160,11 +161,11 @@ class Job:
 
     def step_id(self) -> int | None:
         """The step's id, asked once (the signal and the abandon script both need it)."""
-        rec = self.box.record
+        rec = self.container.record
         with self._asking_step_id:
             if rec.step_id is None and self.alloc is not None:
                 rec.step_id = self.backend.step_id(self.alloc.job_id, self.step_alive)
-                self.box.save()
+                self.container.save()
         return rec.step_id
 
     def signal(self, sig: int) -> None:
@@ -175,9 +176,9 @@ class Job:
         if sig == 0 or alloc is None or not self.step_alive():
             return
         step_id = self.step_id()
-        self.backend.signal(alloc.job_id, step_id, sig, self.box.job_env(alloc),
+        self.backend.signal(alloc.job_id, step_id, sig, self.container.job_env(alloc),
                                   self.step_alive)
-        self.box.event("signal delivered", signal=sig, step_id=step_id)
+        self.container.event("signal delivered", signal=sig, step_id=step_id)
 
     def step_exits_within(self, seconds: float) -> bool:
         return self.step is None or self.step.wait(seconds) is not None
@@ -186,7 +187,7 @@ class Job:
         """SIGKILL through the runtime; after `grace_s`, cancel the step and kill srun."""
         self.signal(SIGKILL)
         if not self.step_exits_within(grace_s) and self.alloc and self.step:
-            self.backend.cancel(self.alloc.job_id, self.box.record.step_id)
+            self.backend.cancel(self.alloc.job_id, self.container.record.step_id)
             with contextlib.suppress(ProcessLookupError):
                 self.step.kill()
 
@@ -201,4 +202,4 @@ class Job:
                   if step_id is not None else None)
         if script is not None:
             with contextlib.suppress(OSError):
-                spool.write_atomic(self.box.abandon_script(), script.encode(), 0o700)
+                spool.write_atomic(self.container.abandon_script(), script.encode(), 0o700)

@@ -12,20 +12,20 @@ from __future__ import annotations
 import os
 import sys
 
-from scrun_py import procs
+from scrun_py.base import procs
 
-# cmdline.py forks the anchor right after this import, and everything imported before the
-# fork is on create's critical path: os and sys only (subprocess alone imports locale,
-# re, signal, enum, threading; the child and the parent each import what they use after)
-# (mypy reads this name as typing's)
+# cli/fast_path.py forks the anchor right after this import, and everything imported
+# before the fork is on create's critical path: os and sys only (subprocess alone
+# imports locale, re, signal, enum, threading; the child and the parent each import what
+# they use after) (mypy reads this name as typing's)
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import subprocess
     from collections.abc import Callable
     from typing import NoReturn
 
-    from scrun_py.anchor.spec import AnchorSpec
-    from scrun_py.settings import Invocation
+    from scrun_py.anchor.handoff import AnchorSpec
+    from scrun_py.base.invocation import Invocation
 
 
 class AnchorProcess:
@@ -160,7 +160,7 @@ def _child(spec_read: int, ready_write: int, slurm_conf: str | None) -> NoReturn
 
 
 def _run_spec(data: bytes, run_anchor: Callable[[AnchorSpec], int]) -> int:
-    from scrun_py.anchor.spec import AnchorSpec
+    from scrun_py.anchor.handoff import AnchorSpec
 
     spec = AnchorSpec.from_json(data.decode())
     if spec.console_socket:

@@ -24,15 +24,16 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
-from scrun_py import procs, spool, threads
 from scrun_py.anchor.container import Container
 from scrun_py.anchor.job import Job
 from scrun_py.anchor.table import TABLE, Action, Event, Phase, Transition, kill_event
-from scrun_py.errors import CannotStart, ContainerNotRunning, ContainerStillRunning, ScrunError
+from scrun_py.base import procs, threads
+from scrun_py.base.errors import CannotStart, ContainerNotRunning, ContainerStillRunning, ScrunError
+from scrun_py.base.threads import Cancel, Cancelled
+from scrun_py.container import spool
+from scrun_py.container.status import Status
 from scrun_py.slurm.backend import Allocation, SlurmBackend, Step
 from scrun_py.slurm.options import JobOptions
-from scrun_py.status import Status
-from scrun_py.threads import Cancel, Cancelled
 
 KILL_GRACE_S = 15.0
 # stop containers this long before the job's time limit (Slurm sends TERM at the limit)
@@ -68,13 +69,13 @@ Work = Callable[[], None]
 
 
 class Lifecycle:
-    def __init__(self, box: Container, backend: SlurmBackend, job_opts: JobOptions,
+    def __init__(self, container: Container, backend: SlurmBackend, job_opts: JobOptions,
                  alloc_timeout_s: float | None) -> None:
-        self.box = box
+        self.container = container
         self.backend = backend
         self.phase = Phase.CREATING
         self.trace: list[tuple[Phase, Event, Phase]] = []  # every transition, in order
-        self.job = Job(box, backend, job_opts, alloc_timeout_s)
+        self.job = Job(container, backend, job_opts, alloc_timeout_s)
         self.exit_code: int | None = None  # the container's, once its step has exited
         self.stop_code: int | None = None  # from the first stop request
         self.stop_reason = ""
@@ -106,15 +107,16 @@ class Lifecycle:
         with self._lock:
             t = TABLE.get((self.phase, ev.kind))
             if t is None:
-                self.box.event("event ignored", phase=self.phase.value, lc_event=ev.kind.value)
+                self.container.event("event ignored", phase=self.phase.value,
+                                     lc_event=ev.kind.value)
                 return None, None
             self.trace.append((self.phase, ev.kind, t.next))
             refusal = _REFUSALS.get(t.action)
             if refusal is not None:
-                raise refusal(self.box.record.id)
+                raise refusal(self.container.record.id)
             if t.next is not self.phase:
-                self.box.event("phase", old=self.phase.value, new=t.next.value,
-                               lc_event=ev.kind.value)
+                self.container.event("phase", old=self.phase.value, new=t.next.value,
+                                     lc_event=ev.kind.value)
                 self.phase = t.next
             work = self._actions[t.action](ev)
             return t, (self._spawn(work, t.action.value) if work is not None else None)
@@ -126,14 +128,14 @@ class Lifecycle:
 
     def _spawn(self, work: Work, name: str) -> threading.Thread:
         def failed(exc: BaseException) -> None:
-            self.box.log.error("anchor task failed", task=name, exc_info=exc)
+            self.container.log.error("anchor task failed", task=name, exc_info=exc)
 
         return threads.spawn(work, f"scrun-{name}", failed)
 
     def _consume(self) -> None:
         while True:
             ev = self._queue.get()
-            self.box.event("anchor received signal", signal=ev.sig)
+            self.container.event("anchor received signal", signal=ev.sig)
             with contextlib.suppress(ScrunError):
                 self.fire(ev)
 
@@ -143,7 +145,7 @@ class Lifecycle:
         self._launched.wait()
         if self.launch_error is not None:
             raise self.launch_error
-        return self.box.record.job_id
+        return self.container.record.job_id
 
     def kill(self, sig: int) -> None:
         t, work = self.fire(Occurrence(kill_event(sig), code=128 + sig, sig=sig,
@@ -177,7 +179,8 @@ class Lifecycle:
                 return None
             self._stopped.wait()  # a stop won the race: CREATED_OK cleaned up
             return self._interrupted()
-        self.box.log.info("create failed", error=str(err), container_id=self.box.record.id)
+        self.container.log.info("create failed", error=str(err),
+                                container_id=self.container.record.id)
         self.fire(Occurrence(Event.CREATE_FAILED))
         self._stopped.wait()
         return err
@@ -186,9 +189,9 @@ class Lifecycle:
         return ScrunError(f"container creation interrupted: {self.stop_reason or 'stopped'}")
 
     def _create(self, cancel: Cancel) -> None:
-        box = self.box
-        box.save()
-        box.open_console()
+        container = self.container
+        container.save()
+        container.open_console()
         alloc = self.job.allocate(cancel)
         self._spawn(lambda: self._watch_job(alloc), "watch-job")
         if procs.in_user_namespace():  # stage_in needs the job's real uid/gid first
@@ -198,16 +201,16 @@ class Lifecycle:
             uid, gid = os.getuid(), os.getgid()
             self._spawn(lambda: self._time_limit_from_info(alloc), "job-info")
         cancel.check()
-        box.stage_in(alloc, uid, gid, lambda cmd: self.backend.command_argv(
+        container.stage_in(alloc, uid, gid, lambda cmd: self.backend.command_argv(
             alloc.job_id, cmd), cancel)
-        box.send_console()
-        box.write_pid_file()
+        container.send_console()
+        container.write_pid_file()
 
     def _watch_job(self, alloc: Allocation) -> None:
         self.backend.wait_ended(alloc, self._closing)
         if self._closing.is_set():
             return
-        self.box.event("job allocation ended", stderr=alloc.messages[-3:])
+        self.container.event("job allocation ended", stderr=alloc.messages[-3:])
         reason = ("the job ended while the container was being created"
                   if self.phase is Phase.CREATING else "job ended before the container started")
         self.fire(Occurrence(Event.JOB_ENDED, reason=reason))
@@ -220,7 +223,7 @@ class Lifecycle:
     def _watch_time_limit(self, end: float | None) -> None:
         if end is not None and not self._closing.is_set():
             delay = max(end - time.time() - TIME_LIMIT_MARGIN_S, 0.0)
-            self.box.event("time limit watch", stop_in_s=round(delay, 1))
+            self.container.event("time limit watch", stop_in_s=round(delay, 1))
             self._spawn(lambda: self._time_limit(delay), "time-limit")
 
     def _time_limit(self, delay_s: float) -> None:
@@ -229,15 +232,15 @@ class Lifecycle:
 
     # ---- actions (under the lock; a returned function runs in its own thread) ----------------
     def _ready(self, ev: Occurrence) -> None:
-        self.box.set_status(Status.CREATED)
-        self.box.event("container created")
+        self.container.set_status(Status.CREATED)
+        self.container.event("container created")
 
     def _note_stop(self, ev: Occurrence) -> None:
         if ev.kind in (Event.DELETE, Event.DELETE_FORCE):
             self.delete_requested = True
         if self.stop_code is None:
             self.stop_code, self.stop_reason = ev.code, ev.reason
-            self.box.event("stop requested", reason=ev.reason)
+            self.container.event("stop requested", reason=ev.reason)
 
     def _stop(self, ev: Occurrence) -> Work:
         self._note_stop(ev)
@@ -248,7 +251,7 @@ class Lifecycle:
         self._create_cancel.set()
 
     def _skip_stage_out(self, ev: Occurrence) -> None:
-        self.box.staged_in = False  # a second signal: just end the job
+        self.container.staged_in = False  # a second signal: just end the job
 
     def _finish(self, ev: Occurrence) -> None:
         self._stopped.set()
@@ -281,8 +284,8 @@ class Lifecycle:
     def _watch(self, ev: Occurrence) -> None:
         step = self.job.step
         assert step is not None
-        self.box.set_status(Status.RUNNING)
-        self.box.event("launch finished", srun_pid=step.pid)
+        self.container.set_status(Status.RUNNING)
+        self.container.event("launch finished", srun_pid=step.pid)
         self._spawn(lambda: self._watch_step(step), "watch-step")
         self._spawn(self.job.write_abandon_script, "abandon-script")
 
@@ -297,7 +300,7 @@ class Lifecycle:
             self.fire(Occurrence(Event.STEP_EXITED, code=code))
 
     def _term_step(self) -> None:
-        self.box.event("time limit reached: stopping the container")
+        self.container.event("time limit reached: stopping the container")
         self.job.signal(SIGTERM)
         if not self.job.step_exits_within(TIME_LIMIT_GRACE_S):
             self.job.signal(SIGKILL)
@@ -310,37 +313,37 @@ class Lifecycle:
     def _cleanup(self, aborted: bool) -> None:
         """stage_out, end the job, then either mark the container stopped (teardown) or
         remove every trace of it (aborted create)."""
-        box = self.box
+        container = self.container
         code = 1 if aborted else next(
             c for c in (self.exit_code, self.stop_code, 1) if c is not None)
         try:
             self._closing.set()
-            hook_hung = box.hook_running  # stage_in still runs: the Lua state is busy
+            hook_hung = container.hook_running  # stage_in still runs: the Lua state is busy
             if hook_hung:
-                box.staged_in = False
+                container.staged_in = False
             if not aborted:
-                box.record.exit_code = code
-            box.stage_out()
+                container.record.exit_code = code
+            container.stage_out()
             self.job.end(code)
             if hook_hung:
                 for pid in procs.descendants(os.getpid()):  # what the hung hook started
                     with contextlib.suppress(OSError):
                         os.kill(pid, SIGKILL)
-            box.close_pty()
+            container.close_pty()
             if not hook_hung:
-                box.hooks.close()
-            box.remove_pid_file()
+                container.hooks.close()
+            container.remove_pid_file()
             if aborted:
-                spool.remove_tree(box.dir)
+                spool.remove_tree(container.dir)
                 return
             with contextlib.suppress(OSError):
-                (box.dir / spool.SOCKET_NAME).unlink()
-            box.record.anchor_pid = 0
-            box.set_status(Status.STOPPED)
+                (container.dir / spool.SOCKET_NAME).unlink()
+            container.record.anchor_pid = 0
+            container.set_status(Status.STOPPED)
             if self.delete_requested:
-                spool.remove_tree(box.dir)
-            box.event("container stopped", exit_code=code)
-            box.audit_exit(code)
+                spool.remove_tree(container.dir)
+            container.event("container stopped", exit_code=code)
+            container.audit_exit(code)
         finally:
             self.result = code
             self.fire(Occurrence(Event.CLEANED))

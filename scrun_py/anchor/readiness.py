@@ -6,7 +6,7 @@ import os
 import select
 from typing import Any
 
-from scrun_py import fastjson
+from scrun_py.container import fastjson
 
 
 def write_ready(fd: int, pid: int) -> None:

@@ -14,11 +14,11 @@ import threading
 import time
 from typing import Any
 
-from scrun_py import protocol
 from scrun_py.anchor.lifecycle import Lifecycle
-from scrun_py.container import NOT_OWNER
-from scrun_py.errors import PermissionDenied, ProtocolError, ScrunError
-from scrun_py.logs import Logger
+from scrun_py.base.errors import PermissionDenied, ProtocolError, ScrunError
+from scrun_py.base.logs import Logger
+from scrun_py.container import protocol
+from scrun_py.container.handle import NOT_OWNER
 
 REQUEST_TIMEOUT_S = 30.0  # for the request line to arrive
 

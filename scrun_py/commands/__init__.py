@@ -12,17 +12,17 @@ if TYPE_CHECKING:
     from typing import Any
 
     from scrun_py.anchor.launch import EarlyAnchor
-    from scrun_py.settings import Invocation
+    from scrun_py.base.invocation import Invocation
 
 
 def audit(inv: Invocation, event: str, *, container_id: str, **fields: Any) -> None:
     """The site's audit record of `event` (scrun-py.toml [audit]); without a site file
-    in either place it looks (container.site_file_may_apply) there is nothing to do."""
-    from scrun_py.container import site_file_may_apply
+    in either place it looks (handle.site_file_may_apply) there is nothing to do."""
+    from scrun_py.container.handle import site_file_may_apply
 
     if not site_file_may_apply(inv.slurm_conf_file()):
         return
-    from scrun_py import audit as trail
+    from scrun_py.site import audit as trail
 
     trail.emit(inv.slurm_conf_path(), event, container_id=container_id, **fields)
 

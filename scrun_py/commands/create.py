@@ -8,31 +8,33 @@ import os
 import signal
 from typing import TYPE_CHECKING, Any
 
-from scrun_py import audit, procs, spool, store, trust
 from scrun_py.anchor import launch, readiness
-from scrun_py.anchor.launch import AnchorProcess, EarlyAnchor
-from scrun_py.anchor.spec import (
+from scrun_py.anchor.handoff import (
     AnchorSpec,
     BundleInfo,
     ConfigInfo,
     ProcessInfo,
     RuntimeSettings,
 )
-from scrun_py.container import site_file_may_apply
-from scrun_py.errors import AnchorStartupFailed, ScrunError, rebuild
-from scrun_py.logs import rfc3339_now
-from scrun_py.settings import Invocation
+from scrun_py.anchor.launch import AnchorProcess, EarlyAnchor
+from scrun_py.base import procs
+from scrun_py.base.errors import AnchorStartupFailed, ScrunError, rebuild
+from scrun_py.base.invocation import Invocation
+from scrun_py.base.logs import rfc3339_now
+from scrun_py.container import spool, store
+from scrun_py.container.handle import site_file_may_apply
+from scrun_py.site import audit, trust
 
 if TYPE_CHECKING:
-    from scrun_py import policy
     from scrun_py.oci.bundle import Bundle
+    from scrun_py.site import policy
 
 
 def run(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | None,
         console_socket: str | None, early: EarlyAnchor | None = None) -> AnchorProcess:
     """Create the container; return the anchor process handle (used by `run`).
 
-    `early` is an anchor forked before this call (cmdline.run), waiting for its spec;
+    `early` is an anchor forked before this call (fast_path.run), waiting for its spec;
     the caller ends it if create fails before handing it one.
     """
     spool.validate_id(container_id)
@@ -41,7 +43,7 @@ def run(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | 
     site = None
     settings = audit.AuditSettings()
     if site_file_may_apply(inv.slurm_conf_file()):
-        from scrun_py import site_conf
+        from scrun_py.site import site_conf
 
         site = site_conf.load(inv.slurm_conf_path())
         settings = audit.load_settings(inv.slurm_conf_path(), site)
@@ -49,7 +51,7 @@ def run(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | 
     try:
         site_policy, site_trust, site_dir = None, trust.Trust(), ""
         if site is not None:
-            from scrun_py import policy
+            from scrun_py.site import policy
 
             site_policy = policy.load_policy(site)  # a broken policy is audited as a failure
             site_trust = trust.parse(site)
@@ -166,14 +168,14 @@ def _bundle_info(inv: Invocation, container_id: str, loaded: Bundle,
 def _runtime_settings(inv: Invocation) -> dict[str, Any]:
     """The oci.conf settings the anchor uses: read without pydantic when the file is
     plain (oci_conf_syntax), else through the full model, which words any problem."""
-    from scrun_py.oci_conf_syntax import plain_settings, read_text
+    from scrun_py.site.oci_conf_syntax import plain_settings, read_text
 
     path = inv.slurm_conf_path().parent / "oci.conf"
     text = read_text(path)
     plain = plain_settings(text)
     if plain is not None:
         return plain
-    from scrun_py.oci_conf import parse_oci_conf
+    from scrun_py.site.oci_conf import parse_oci_conf
 
     conf = parse_oci_conf(text, source=str(path))
     return {"runtime_kill": conf.runtime_kill,
@@ -190,15 +192,15 @@ def _apply_policy(inv: Invocation, container_id: str, loaded: Bundle,
     Runs before the anchor exists: a refusal leaves nothing to clean up, and stage_in
     (and the node's runtime) only ever see the enforced config.json.
     """
-    from scrun_py import policy
     from scrun_py.oci.bundle import write_config
+    from scrun_py.site import policy
 
     outcome = policy.enforce(site_policy, loaded.raw, bundle=str(loaded.path),
                              rootfs=str(loaded.rootfs), subject=policy_subject())
     if outcome.changes:
         write_config(loaded, outcome.config)
         if inv.log_path:
-            from scrun_py.logs import append_line, format_record
+            from scrun_py.base.logs import append_line, format_record
 
             append_line(inv.log_path, format_record(
                 "info", "site policy rewrote config.json", inv.log_format,
@@ -210,7 +212,7 @@ def policy_subject() -> policy.Subject:
     """The real user behind this create (rootless podman runs us as its namespace's 0)."""
     import pwd
 
-    from scrun_py import policy
+    from scrun_py.site import policy
 
     uid = procs.real_uid()
     try:

@@ -11,8 +11,16 @@ from __future__ import annotations
 import os
 import time
 
+from scrun_py.base.errors import (
+    AnchorUnreachable,
+    ContainerNotFound,
+    ContainerStillRunning,
+    PermissionDenied,
+    ScrunError,
+)
+from scrun_py.base.layout import RUNNING, SOCKET_NAME, STOPPED
 from scrun_py.commands import audit
-from scrun_py.container import (
+from scrun_py.container.handle import (
     NOT_OWNER,
     Container,
     ContainerRecord,
@@ -20,18 +28,10 @@ from scrun_py.container import (
     remove_pid_file,
     remove_tree,
 )
-from scrun_py.errors import (
-    AnchorUnreachable,
-    ContainerNotFound,
-    ContainerStillRunning,
-    PermissionDenied,
-    ScrunError,
-)
-from scrun_py.layout import RUNNING, SOCKET_NAME, STOPPED
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from scrun_py.settings import Invocation
+    from scrun_py.base.invocation import Invocation
 
 ANCHOR_EXIT_WAIT_S = 15.0
 
@@ -73,7 +73,7 @@ def run(inv: Invocation, container_id: str, force: bool) -> None:
 def run_matching(inv: Invocation, pattern: str, force: bool) -> None:
     """crun's `delete --regex`: delete every container whose id matches; a container
     that fails is a warning on stderr, not a failure of the command."""
-    from scrun_py import spool
+    from scrun_py.container import spool
 
     for container_id in spool.matching_ids(inv.root, pattern):
         try:

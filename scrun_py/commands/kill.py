@@ -1,19 +1,19 @@
 """`kill [--all] [--regex] ID [SIGNAL]`: signal the container (through its job).
 
-`--all` changes nothing (the table in flags.py says where the signal goes).
+`--all` changes nothing (the table in base/flags.py says where the signal goes).
 """
 
 from __future__ import annotations
 
+from scrun_py.base.errors import AnchorUnreachable, ContainerNotRunning, ScrunError
+from scrun_py.base.layout import STOPPED
+from scrun_py.base.signames import parse_signal
 from scrun_py.commands import audited
-from scrun_py.container import KILL_TIMEOUT_S, Container
-from scrun_py.errors import AnchorUnreachable, ContainerNotRunning, ScrunError
-from scrun_py.layout import STOPPED
-from scrun_py.signames import parse_signal
+from scrun_py.container.handle import KILL_TIMEOUT_S, Container
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from scrun_py.settings import Invocation
+    from scrun_py.base.invocation import Invocation
 
 
 def run(inv: Invocation, container_id: str, signal: str | None) -> None:
@@ -36,7 +36,7 @@ def run(inv: Invocation, container_id: str, signal: str | None) -> None:
 def run_matching(inv: Invocation, pattern: str, signal: str | None) -> None:
     """crun's `kill --regex`: signal every container whose id matches; a container that
     fails is a warning on stderr, not a failure of the command."""
-    from scrun_py import spool
+    from scrun_py.container import spool
 
     parse_signal(signal or "TERM")
     for container_id in spool.matching_ids(inv.root, pattern):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from scrun_py.base.invocation import Invocation
 from scrun_py.commands import create, delete, start
-from scrun_py.settings import Invocation
 
 
 def run(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | None,

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+from scrun_py.base.errors import AnchorUnreachable, CannotStart
+from scrun_py.base.layout import RUNNING, STOPPED
 from scrun_py.commands import audited
-from scrun_py.container import START_TIMEOUT_S, Container
-from scrun_py.errors import AnchorUnreachable, CannotStart
-from scrun_py.layout import RUNNING, STOPPED
+from scrun_py.container.handle import START_TIMEOUT_S, Container
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from scrun_py.settings import Invocation
+    from scrun_py.base.invocation import Invocation
 
 
 def run(inv: Invocation, container_id: str) -> None:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import sys
 
-from scrun_py.container import Container
+from scrun_py.container.handle import Container
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from scrun_py.settings import Invocation
+    from scrun_py.base.invocation import Invocation
 
 
 def run(inv: Invocation, container_id: str) -> None:

@@ -1,1 +1,2 @@
-"""scrun.lua support: the hook contract (``spec``) and the Lua runtime that runs it (``lua``)."""
+"""scrun.lua support: the hook contract (``contract``) and the Lua runtime that runs it
+(``lua``)."""

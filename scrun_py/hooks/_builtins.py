@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from scrun_py.hooks.spec import TIME_STR_INFINITE, TIME_STR_INVALID
+from scrun_py.hooks.contract import TIME_STR_INFINITE, TIME_STR_INVALID
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
@@ -107,7 +107,7 @@ def run_command(argv: list[str], env: Mapping[str, str]) -> tuple[int, bytes]:
     ``status`` is the exit code, 128+N for death by signal N, and 127 when the program
     cannot be started.
     """
-    from scrun_py import procs
+    from scrun_py.base import procs
 
     result = procs.run(argv, env=command_env(env), timeout_s=None)
     return result.status, result.output

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final, Protocol
 
-from scrun_py.errors import HookError
+from scrun_py.base.errors import HookError
 
 SCRIPT_NAME: Final = "scrun.lua"
 LUA_SCRIPT_ENV: Final = "SCRUN_PY_LUA"

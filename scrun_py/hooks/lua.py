@@ -17,13 +17,13 @@ from pathlib import Path
 from types import MappingProxyType, ModuleType
 from typing import Any, Final
 
-from scrun_py import logs
-from scrun_py.errors import HookError
-from scrun_py.flags import LADDER
+from scrun_py.base import logs
+from scrun_py.base.errors import HookError
+from scrun_py.base.flags import LADDER
 from scrun_py.hooks import _builtins
 from scrun_py.hooks._prelude import PRELUDE
+from scrun_py.hooks.contract import HOOKS, SLURM_CONSTANTS, STAGE_IN, STAGE_OUT
 from scrun_py.hooks.interface import HookContext, structlog_logger
-from scrun_py.hooks.spec import HOOKS, SLURM_CONSTANTS, STAGE_IN, STAGE_OUT
 
 DEFAULT_LUA: Final = "5.4"
 TRACE_ENV: Final = "SCRUN_TRACE_HOOKS"

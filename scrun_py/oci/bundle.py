@@ -13,8 +13,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from scrun_py import fastjson
-from scrun_py.errors import BundleError
+from scrun_py.base.errors import BundleError
+from scrun_py.container import fastjson
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
@@ -145,9 +145,9 @@ class Bundle(NamedTuple):
         `allowed` (default: trust.CONTAINER_ENV, what the site has not widened).
 
         Slurm's scrun imports every SCRUN_* and SLURM_* entry (and, through its prefix
-        check, every other one); which of them an image may set is trust.py's rule.
+        check, every other one); which of them an image may set is site/trust.py's rule.
         """
-        from scrun_py.trust import Trust
+        from scrun_py.site.trust import Trust
 
         trust = Trust() if allowed is None else Trust(container_env=allowed)
         return trust.split_env(self.config.process.env)[0]

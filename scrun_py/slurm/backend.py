@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import NamedTuple, Protocol
 
-from scrun_py.threads import Cancel
+from scrun_py.base.threads import Cancel
 
 
 class Allocation:

@@ -3,7 +3,7 @@ without ending its job (a SIGKILLed anchor) runs scancel here, with no backend."
 
 from __future__ import annotations
 
-from scrun_py import procs
+from scrun_py.base import procs
 from scrun_py.slurm.argv import build_scancel_argv
 
 CANCEL_TIMEOUT_S = 30.0

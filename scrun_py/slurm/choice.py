@@ -19,14 +19,14 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, NamedTuple
 
-from scrun_py import threads
-from scrun_py.errors import ConfigError
+from scrun_py.base import threads
+from scrun_py.base.errors import ConfigError
 from scrun_py.slurm import cli_backend, pyslurm_api
 from scrun_py.slurm.backend import SlurmBackend
 from scrun_py.slurm.pyslurm_api import PyslurmApi
 
 if TYPE_CHECKING:
-    from scrun_py.logs import Logger
+    from scrun_py.base.logs import Logger
 
 BACKEND_ENV = "SCRUN_PY_SLURM_BACKEND"
 MODES = ("auto", "cli", "pyslurm")

@@ -20,15 +20,15 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from scrun_py import procs, threads
-from scrun_py.errors import AllocationFailed, SlurmError, StepLaunchFailed
+from scrun_py.base import procs, threads
+from scrun_py.base.errors import AllocationFailed, SlurmError, StepLaunchFailed
+from scrun_py.base.threads import Cancel
 from scrun_py.slurm import argv as slurm_argv
 from scrun_py.slurm import parse, releases
 from scrun_py.slurm.backend import Allocation, JobInfo, Step, StepExit, StepRequest
 from scrun_py.slurm.options import JOB_NAME
 from scrun_py.slurm.salloc_holder import SallocHolder, salloc_cwd
 from scrun_py.slurm.stderr_relay import DRAIN_S, StderrRelay
-from scrun_py.threads import Cancel
 
 OLDEST = (22, 5)  # the oldest release supported: no --container-id
 # Right after start the runtime may not have created the container yet: retry the

@@ -13,7 +13,7 @@ import sys
 from types import ModuleType
 from typing import Any, NamedTuple
 
-from scrun_py.errors import SlurmError
+from scrun_py.base.errors import SlurmError
 
 # slurm_errno.h: the job is unknown to slurmctld (purged, never existed); it has ended
 INVALID_JOB_ID = 2017

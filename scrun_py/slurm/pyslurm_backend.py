@@ -16,12 +16,12 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from scrun_py.errors import AllocationFailed
+from scrun_py.base.errors import AllocationFailed
+from scrun_py.base.threads import Cancel
 from scrun_py.slurm.backend import Allocation, JobInfo, Step, StepRequest
 from scrun_py.slurm.cli_backend import STEP_ID_ATTEMPTS, CliSlurm
 from scrun_py.slurm.options import JOB_NAME
 from scrun_py.slurm.pyslurm_api import INVALID_JOB_ID, PyslurmApi, RpcFailed
-from scrun_py.threads import Cancel
 
 ATTACHABLE = ("RUNNING", "CONFIGURING")
 

@@ -20,13 +20,13 @@ from typing import Any
 
 import pytest
 
-from scrun_py.errors import AllocationFailed
+from scrun_py.base.errors import AllocationFailed
+from scrun_py.base.threads import Cancel
 from scrun_py.slurm import choice
 from scrun_py.slurm.backend import SlurmBackend, StepRequest
 from scrun_py.slurm.cli_backend import CliSlurm, client_release
 from scrun_py.slurm.pyslurm_api import PyslurmApi
 from scrun_py.slurm.pyslurm_backend import PyslurmSlurm
-from scrun_py.threads import Cancel
 from tests.backend_contract import TIME_LIMIT_MIN, BackendContract, end
 from tests.e2e.conftest import SLURM_CONF, make_rootfs, slurm_env
 

@@ -185,7 +185,7 @@ class TestImageEnvironment:
 
 # scrun-py with another directory standing for the system's slurm.conf directory: the
 # tests cannot write /etc/slurm on a machine that other test sessions share.
-WRAPPER = ("import sys; from scrun_py import layout; "
+WRAPPER = ("import sys; from scrun_py.base import layout; "
            "layout.DEFAULT_SLURM_CONF = sys.argv.pop(1) + '/slurm.conf'; "
            "from scrun_py.entry import main; main()")
 

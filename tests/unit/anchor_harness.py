@@ -10,12 +10,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from scrun_py import logs, spool
 from scrun_py.anchor.container import Container
+from scrun_py.anchor.handoff import AnchorSpec, BundleInfo, ConfigInfo, ProcessInfo
 from scrun_py.anchor.lifecycle import Lifecycle, Occurrence
-from scrun_py.anchor.spec import AnchorSpec, BundleInfo, ConfigInfo, ProcessInfo
 from scrun_py.anchor.table import Event, Phase
-from scrun_py.errors import AllocationFailed, ScrunError, StepLaunchFailed
+from scrun_py.base import logs
+from scrun_py.base.errors import AllocationFailed, ScrunError, StepLaunchFailed
+from scrun_py.container import spool
 from scrun_py.slurm.options import JobOptions
 from tests.unit.fake_slurm import FakeHooks, FakeSlurm
 
@@ -41,8 +42,8 @@ class Harness:
                                             process=ProcessInfo(args=["true"])))
         self.fake = FakeSlurm()
         self.hooks = FakeHooks()
-        self.box = Container(spec, info, self.hooks, dict(environ or {}), quiet_logger())
-        self.lc = Lifecycle(self.box, self.fake, JobOptions(alloc=["-p", "debug"]), None)
+        self.container = Container(spec, info, self.hooks, dict(environ or {}), quiet_logger())
+        self.lc = Lifecycle(self.container, self.fake, JobOptions(alloc=["-p", "debug"]), None)
         self.lc.job_info_delay_s = 0.0  # the time-limit tests want the watch at once
         self.results: list[Any] = []  # what background requests returned or raised
 

@@ -7,13 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from scrun_py import cli, spool, store
+from scrun_py.cli import click_app
+from scrun_py.container import spool, store
 
 
 def run(argv: list[str]) -> int:
     """Run the CLI like the console script does and return its exit status."""
     with pytest.raises(SystemExit) as info:
-        cli.main(argv)
+        click_app.main(argv)
     code = info.value.code
     return code if isinstance(code, int) else (0 if code is None else 1)
 

@@ -17,10 +17,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from scrun_py.anchor.table import FATAL_BY_DEFAULT
-from scrun_py.errors import AllocationFailed
+from scrun_py.base.errors import AllocationFailed
+from scrun_py.base.threads import Cancel, Cancelled
 from scrun_py.hooks.interface import HookContext
 from scrun_py.slurm.backend import Allocation, JobInfo, SlurmBackend, StepExit, StepRequest
-from scrun_py.threads import Cancel, Cancelled
 
 GATE_TIMEOUT_S = 60.0  # a held call never outlives a test
 

@@ -18,13 +18,13 @@ from typing import Any
 
 import pytest
 
-from scrun_py import spool
 from scrun_py.anchor import __main__ as anchor_main
 from scrun_py.anchor import readiness
+from scrun_py.anchor.handoff import AnchorSpec, BundleInfo, ConfigInfo, ProcessInfo
 from scrun_py.anchor.signals import HANDLED
-from scrun_py.anchor.spec import AnchorSpec, BundleInfo, ConfigInfo, ProcessInfo
-from scrun_py.container import Container
-from scrun_py.errors import AllocationFailed, ContainerStillRunning, ProtocolError
+from scrun_py.base.errors import AllocationFailed, ContainerStillRunning, ProtocolError
+from scrun_py.container import spool
+from scrun_py.container.handle import Container
 from scrun_py.slurm import cli_backend
 from tests.unit.anchor_harness import quiet_logger
 from tests.unit.fake_slurm import FakeSlurm

@@ -1,5 +1,5 @@
-"""Unit tests for scrun_py.audit: the settings, who a record names, and which files a
-record may be written to (issue 23: a shared host's audit trail)."""
+"""Unit tests for scrun_py.site.audit: the settings, who a record names, and which files
+a record may be written to (issue 23: a shared host's audit trail)."""
 
 # Expected value first, as everywhere in our tests (hence SIM300 is off for tests/).
 
@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from scrun_py import audit, procs, site_conf
-from scrun_py.errors import ConfigError
+from scrun_py.base import procs
+from scrun_py.base.errors import ConfigError
+from scrun_py.site import audit, site_conf
 
 
 def _settings(tmp_path: Path, text: str) -> audit.AuditSettings:
@@ -132,7 +133,7 @@ class TestVerbRecords:
 
     def test_failed_act(self, trail: list[tuple[str, dict[str, object]]]) -> None:
         from scrun_py import commands
-        from scrun_py.errors import ContainerNotRunning
+        from scrun_py.base.errors import ContainerNotRunning
 
         def act() -> None:
             raise ContainerNotRunning()

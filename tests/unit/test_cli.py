@@ -1,7 +1,8 @@
-"""Unit tests for scrun_py.cli: global options, verbs that need no container, the fatal path.
+"""Unit tests for scrun_py.cli.click_app: global options, verbs that need no container,
+the fatal path.
 
-Everything runs in-process through `cli.main(argv)`; nothing here starts an anchor or
-talks to Slurm.  mock.patch is used only for the wiring tests at the end.
+Everything runs in-process through `click_app.main(argv)`; nothing here starts an anchor
+or talks to Slurm.  mock.patch is used only for the wiring tests at the end.
 """
 
 # Expected value first, as everywhere in our tests (hence SIM300 is off for tests/).
@@ -17,8 +18,10 @@ from unittest import mock
 
 import pytest
 
-from scrun_py import OCI_SPEC_VERSION, __version__, procs, spool
-from scrun_py.settings import Invocation
+from scrun_py import OCI_SPEC_VERSION, __version__
+from scrun_py.base import procs
+from scrun_py.base.invocation import Invocation
+from scrun_py.container import spool
 from tests.unit.cli_run import run, stored
 
 RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")

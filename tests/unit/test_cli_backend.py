@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from scrun_py.errors import AllocationFailed, StepLaunchFailed
+from scrun_py.base.errors import AllocationFailed, StepLaunchFailed
+from scrun_py.base.threads import Cancel, Cancelled
 from scrun_py.slurm import cli_backend, salloc_holder
 from scrun_py.slurm.backend import Allocation, StepRequest
 from scrun_py.slurm.cli_backend import CliSlurm
-from scrun_py.threads import Cancel, Cancelled
 
 SALLOC = """#!/bin/sh
 echo "salloc $*" >> "$LOG"

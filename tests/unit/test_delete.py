@@ -16,10 +16,11 @@ from unittest import mock
 
 import pytest
 
-from scrun_py import procs, spool
+from scrun_py.base import procs
+from scrun_py.base.errors import AnchorUnreachable, ContainerStillRunning
 from scrun_py.commands import delete
-from scrun_py.container import Container
-from scrun_py.errors import AnchorUnreachable, ContainerStillRunning
+from scrun_py.container import spool
+from scrun_py.container.handle import Container
 from tests.unit.cli_run import run, stored
 
 # Above the kernel's PID_MAX_LIMIT (4194304): no process can ever have this pid.

@@ -1,6 +1,6 @@
-"""Every flag and verb of runc 1.1, crun 1.8 and Slurm's scrun, driven from flags.py.
+"""Every flag and verb of runc 1.1, crun 1.8 and Slurm's scrun, driven from base/flags.py.
 
-The CLI runs in-process through `cli.main(argv)`; the verbs' `run` functions are
+The CLI runs in-process through `click_app.main(argv)`; the verbs' `run` functions are
 replaced by mocks (mocks only for wiring), so no anchor starts.
 """
 
@@ -16,7 +16,8 @@ from unittest import mock
 import click
 import pytest
 
-from scrun_py import cli, flags
+from scrun_py.base import flags
+from scrun_py.cli import click_app
 from tests.unit.cli_run import run
 
 # What each runtime's own option parser declares (runc 1.1, crun 1.8, Slurm's scrun),
@@ -300,7 +301,7 @@ class TestClickBuiltFromTable:
     @pytest.mark.parametrize("verb", ["", *sorted({f.verb for f in flags.FLAGS if f.verb})])
     def test_options_match_table(self, verb: str) -> None:
         """The click command's options are exactly the table's (+ --usage, help)."""
-        cmd: click.Command = cli.scrun if not verb else cli.scrun.commands[verb]
+        cmd: click.Command = click_app.scrun if not verb else click_app.scrun.commands[verb]
         declared = {n for p in cmd.params if isinstance(p, click.Option) for n in p.opts}
         expected = {n for f in flags.verb_flags(verb) for n in f.names} | {"--usage"}
         if not verb:

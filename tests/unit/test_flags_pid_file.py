@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from scrun_py import spool
+from scrun_py.container import spool
 
 # A separate process (fcntl locks are per process, and any close of the file in the
 # writing process would drop its lock) reads the file and tries a non-blocking read lock.

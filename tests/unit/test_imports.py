@@ -19,10 +19,11 @@ PACKAGE_DIR = Path(__file__).resolve().parents[2] / "scrun_py"
 
 # The `python -m scrun_py` entry point is the one module that may import the CLI.
 CLI_ENTRY_POINTS = {"scrun_py.__main__", "scrun_py.entry"}
-PURE_MODULES = ["scrun_py.protocol", "scrun_py.patterns", "scrun_py.fastjson", "scrun_py.layout",
-                "scrun_py.slurm.argv", "scrun_py.slurm.options", "scrun_py.status",
-                "scrun_py.signames", "scrun_py.policy", "scrun_py.slurm.parse",
-                "scrun_py.anchor.table", "scrun_py.trust"]
+PURE_MODULES = ["scrun_py.container.protocol", "scrun_py.site.patterns",
+                "scrun_py.container.fastjson", "scrun_py.base.layout", "scrun_py.slurm.argv",
+                "scrun_py.slurm.options", "scrun_py.container.status", "scrun_py.base.signames",
+                "scrun_py.site.policy", "scrun_py.slurm.parse", "scrun_py.anchor.table",
+                "scrun_py.site.trust"]
 IO_MODULES = {"subprocess", "socket", "asyncio"}
 LUPA_MODULE = "scrun_py.hooks.lua"
 
@@ -89,7 +90,7 @@ def imports_of(module: str) -> frozenset[str]:
         elif isinstance(node, ast.ImportFrom):
             base = _resolve(module, node)
             found.add(base)
-            # `from scrun_py import cli` imports the submodule scrun_py.cli.
+            # `from scrun_py.cli import click_app` imports the submodule scrun_py.cli.click_app.
             found.update(f"{base}.{alias.name}" for alias in node.names
                          if f"{base}.{alias.name}" in _modules())
         elif isinstance(node, ast.Call):
@@ -122,25 +123,26 @@ class TestImportParser:
     def test_finds_every_module(self) -> None:
         """The scan sees the package's modules, including nested ones."""
         modules = _modules()
-        assert {"scrun_py", "scrun_py.cli", "scrun_py.oci.bundle", "scrun_py.hooks.lua",
+        assert {"scrun_py", "scrun_py.cli.click_app", "scrun_py.oci.bundle", "scrun_py.hooks.lua",
                 *PURE_MODULES} <= set(modules)
 
     def test_sees_lazy_and_dynamic_imports(self) -> None:
         """Imports inside functions and import_module(f"lupa.…") are found."""
-        assert "scrun_py.commands.run" in imports_of("scrun_py.cli")
+        assert "scrun_py.commands.run" in imports_of("scrun_py.cli.click_app")
         assert _names(imports_of(LUPA_MODULE), "lupa")
 
     def test_from_package_import_submodule(self) -> None:
-        """`from scrun_py import fastjson` counts as importing scrun_py.fastjson."""
-        assert "scrun_py.fastjson" in imports_of("scrun_py.protocol")
+        """`from scrun_py.container import fastjson` counts as importing
+        scrun_py.container.fastjson."""
+        assert "scrun_py.container.fastjson" in imports_of("scrun_py.container.protocol")
 
 
 class TestDependencyDirection:
     def test_nothing_imports_cli(self) -> None:
-        """No module imports scrun_py.cli (only the `python -m` entry point)."""
+        """No module imports scrun_py.cli.click_app (only the `python -m` entry point)."""
         offenders = sorted(m for m in _modules()
-                           if m not in CLI_ENTRY_POINTS and m != "scrun_py.cli"
-                           and _names(imports_of(m), "scrun_py.cli"))
+                           if m not in CLI_ENTRY_POINTS and m != "scrun_py.cli.click_app"
+                           and _names(imports_of(m), "scrun_py.cli.click_app"))
         assert [] == offenders
 
     def test_only_hooks_lua_imports_lupa(self) -> None:
@@ -192,7 +194,7 @@ class TestAnchorStaysLean:
         code = ("import sys\n"
                 "from scrun_py.anchor.__main__ import preload\n"
                 "preload()\n"
-                "from scrun_py import logs\n"
+                "from scrun_py.base import logs\n"
                 "from scrun_py.hooks._builtins import system_search_paths\n"
                 "logs.rfc3339_now(); system_search_paths((5, 4))\n"
                 "print(' '.join(sorted(m.split('.')[0] for m in sys.modules)))")
@@ -210,10 +212,11 @@ class TestNoClickVerbsStayLean:
     failure may import more (the fatal path writes its record with json)."""
 
     ALLOWED = frozenset({
-        "scrun_py", "scrun_py.entry", "scrun_py.cmdline", "scrun_py.argv_table",
-        "scrun_py.settings", "scrun_py.layout", "scrun_py.commands", "scrun_py.commands.state",
-        "scrun_py.commands.delete", "scrun_py.container", "scrun_py.fastjson",
-        "scrun_py.errors", "scrun_py.procs", "_json",
+        "scrun_py", "scrun_py.entry", "scrun_py.cli.fast_path", "scrun_py.cli.argv_table",
+        "scrun_py.base.invocation", "scrun_py.base.layout", "scrun_py.commands",
+        "scrun_py.commands.state", "scrun_py.commands.delete", "scrun_py.container.handle",
+        "scrun_py.container.fastjson", "scrun_py.base.errors", "scrun_py.base.procs", "_json",
+        "scrun_py.base", "scrun_py.cli", "scrun_py.container",
         # every module's `from __future__ import annotations`; a venv whose start-up
         # imports it already (some .pth files do) has it in the bare set
         "__future__"})

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 import structlog
 
-from scrun_py import flags, logs
-from scrun_py.errors import ConfigError
-from scrun_py.oci_conf import parse_oci_conf
+from scrun_py.base import flags, logs
+from scrun_py.base.errors import ConfigError
+from scrun_py.site.oci_conf import parse_oci_conf
 from tests.unit.cli_run import run
 
 LADDER = list(flags.LADDER)
@@ -237,7 +237,7 @@ class TestSinks:
         with LOG_USER; the audit trail keeps its own priority (notice)."""
         import syslog
 
-        from scrun_py import audit
+        from scrun_py.site import audit
 
         opened: list[tuple[Any, ...]] = []
         sent: list[int] = []
@@ -284,7 +284,7 @@ class TestSinks:
 
     def test_note_without_structlog(self, tmp_path: Path) -> None:
         """Short-lived commands log through Invocation.note (no structlog import)."""
-        from scrun_py.settings import Invocation
+        from scrun_py.base.invocation import Invocation
 
         log = tmp_path / "log.json"
         inv = Invocation.resolve(root=tmp_path, log_path=log, log_format="json",
@@ -299,7 +299,7 @@ class TestAnchorLevels:
         """--log-level rides in the anchor's spec; its logger applies it, and its records
         carry the anchor's fields first."""
         from scrun_py.anchor.__main__ import _logger
-        from scrun_py.anchor.spec import AnchorSpec
+        from scrun_py.anchor.handoff import AnchorSpec
 
         spec = AnchorSpec(container_id="c1", root=str(tmp_path), orig_bundle="", pid_file="",
                           console_socket="", log_path=str(tmp_path / "log.json"),

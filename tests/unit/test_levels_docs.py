@@ -1,5 +1,5 @@
-"""docs/levels.md holds the tables of scrun_py/flags.py verbatim (regenerate the block with
-`python -m scrun_py.flags`)."""
+"""docs/levels.md holds the tables of scrun_py/base/flags.py verbatim (regenerate the block with
+`python -m scrun_py.base.flags`)."""
 
 # Expected value first, as everywhere in our tests (hence SIM300 is off for tests/).
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from scrun_py import flags
+from scrun_py.base import flags
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "levels.md"
 

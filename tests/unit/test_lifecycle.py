@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from scrun_py import procs
 from scrun_py.anchor import job as job_mod
 from scrun_py.anchor import lifecycle
 from scrun_py.anchor.lifecycle import Occurrence
 from scrun_py.anchor.table import TABLE, Event, Phase
-from scrun_py.errors import (
+from scrun_py.base import procs
+from scrun_py.base.errors import (
     AllocationFailed,
     ContainerNotRunning,
     ContainerStillRunning,
@@ -214,9 +214,9 @@ class TestCreate:
             h = Harness(tmp_path)
             h.fake.owner = (1001, 1002)
             h.created()
-            assert h.box.ctx is not None
-            assert (1001, 1002) == (h.box.ctx.user_id, h.box.ctx.group_id)
-            assert "1001" == h.box.ctx.env["SCRUN_USER_ID"]
+            assert h.container.ctx is not None
+            assert (1001, 1002) == (h.container.ctx.user_id, h.container.ctx.group_id)
+            assert "1001" == h.container.ctx.env["SCRUN_USER_ID"]
             h.finish()
 
         run(body)

@@ -21,12 +21,12 @@ import pytest
 import structlog
 from structlog.testing import capture_logs
 
-from scrun_py.errors import HookError
-from scrun_py.flags import LADDER
+from scrun_py.base.errors import HookError
+from scrun_py.base.flags import LADDER
+from scrun_py.base.logs import LEVEL_KEY, LEVELS, Sinks, configure_structlog
+from scrun_py.hooks.contract import SLURM_CONSTANTS
 from scrun_py.hooks.interface import HookContext, NoHooks, find_script, load_hooks
 from scrun_py.hooks.lua import DEFAULT_LUA, LuaHooks, lupa_module_name
-from scrun_py.hooks.spec import SLURM_CONSTANTS
-from scrun_py.logs import LEVEL_KEY, LEVELS, Sinks, configure_structlog
 
 ROOT = Path(__file__).resolve().parents[2]
 NOOP_HOOKS = """
@@ -701,7 +701,7 @@ class TestLuaVersions:
     def test_second_version_refused(self, tmp_path: Path) -> None:
         """Loading a second Lua version in one process is a HookError, not a crash."""
         (tmp_path / "scrun.lua").write_text(NOOP_HOOKS)
-        code = ("import sys; from pathlib import Path; from scrun_py.errors import HookError\n"
+        code = ("import sys; from pathlib import Path; from scrun_py.base.errors import HookError\n"
                 "from scrun_py.hooks.lua import LuaHooks\n"
                 "LuaHooks.load(Path(sys.argv[1]), '5.4')\n"
                 "try:\n    LuaHooks.load(Path(sys.argv[1]), '5.1')\n"

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from scrun_py.errors import BundleError, ConfigError
+from scrun_py.base.errors import BundleError, ConfigError
 from scrun_py.oci import bundle as bundle_mod
 from scrun_py.oci.bundle import load_bundle
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from scrun_py import procs
 from scrun_py.anchor.table import Phase
-from scrun_py.container import Container
-from scrun_py.errors import ContainerNotRunning, ContainerStillRunning
+from scrun_py.base import procs
+from scrun_py.base.errors import ContainerNotRunning, ContainerStillRunning
+from scrun_py.container.handle import Container
 from tests.unit.anchor_harness import Harness, run
 from tests.unit.cli_run import run as run_cli
 from tests.unit.cli_run import stored

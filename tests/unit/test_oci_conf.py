@@ -1,4 +1,4 @@
-"""Unit tests for scrun_py.oci_conf: parsing, validation, modes and version checks."""
+"""Unit tests for scrun_py.site.oci_conf: parsing, validation, modes and version checks."""
 
 # Expected value first, as everywhere in our tests (hence SIM300 is off for tests/).
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from scrun_py.errors import ConfigError, OciConfError
-from scrun_py.oci_conf import OciConf, find_oci_conf, load_oci_conf, parse_oci_conf
+from scrun_py.base.errors import ConfigError, OciConfError
+from scrun_py.site.oci_conf import OciConf, find_oci_conf, load_oci_conf, parse_oci_conf
 
 # The run-mode block our 22.05 test cluster uses (docs/oci.conf.md, oci.conf.example).
 RUN = """\

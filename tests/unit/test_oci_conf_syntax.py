@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from scrun_py.oci_conf import parse_oci_conf
-from scrun_py.oci_conf_syntax import plain_settings
+from scrun_py.site.oci_conf import parse_oci_conf
+from scrun_py.site.oci_conf_syntax import plain_settings
 
 RUN = ('RunTimeQuery="crun state %n.%u.%j.%s.%t"\n'
        'RunTimeKill="crun kill -a %n.%u.%j.%s.%t"\n'

@@ -1,4 +1,4 @@
-"""The OCI state document printed by `state` (container.state_document, render)."""
+"""The OCI state document printed by `state` (handle.state_document, render)."""
 
 # Expected value first, as everywhere in our tests (hence SIM300 is off for tests/).
 
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from scrun_py.container import render, state_document
-from scrun_py.status import Status
+from scrun_py.container.handle import render, state_document
+from scrun_py.container.status import Status
 
 KEY_ORDER = ["ociVersion", "id", "status", "pid", "bundle", "annotations", "rootfs", "created",
              "owner"]

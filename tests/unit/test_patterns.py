@@ -1,10 +1,10 @@
-"""Unit tests for scrun_py.patterns: the OCI pattern tokens oci.conf may use."""
+"""Unit tests for scrun_py.site.patterns: the OCI pattern tokens oci.conf may use."""
 
 # Expected value first, as everywhere in our tests (hence SIM300 is off for tests/).
 
 from __future__ import annotations
 
-from scrun_py.patterns import KNOWN_TOKENS, tokens_in, unknown_tokens
+from scrun_py.site.patterns import KNOWN_TOKENS, tokens_in, unknown_tokens
 
 
 class TestTokens:

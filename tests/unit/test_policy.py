@@ -1,4 +1,4 @@
-"""Unit tests for scrun_py.policy: loading [policy] and enforcing it on config.json."""
+"""Unit tests for scrun_py.site.policy: loading [policy] and enforcing it on config.json."""
 
 # Expected value first, as everywhere in our tests (hence SIM300 is off for tests/).
 
@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from scrun_py import policy, site_conf
-from scrun_py.errors import ConfigError, PolicyViolation
-from scrun_py.policy import Policy, Subject, enforce, load_policy
-from scrun_py.site_conf import SiteConf
+from scrun_py.base.errors import ConfigError, PolicyViolation
+from scrun_py.site import policy, site_conf
+from scrun_py.site.policy import Policy, Subject, enforce, load_policy
+from scrun_py.site.site_conf import SiteConf
 
 SUBJECT = Subject(uid=1002, user="alice", home="/home/alice")
 DOCKER_CAPS = ["CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_NET_RAW", "CAP_SETUID", "CAP_KILL"]

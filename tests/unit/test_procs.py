@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from scrun_py import procs
+from scrun_py.base import procs
 
 
 class TestProcs:

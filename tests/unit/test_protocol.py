@@ -1,4 +1,4 @@
-"""Unit tests for scrun_py.protocol: control-socket messages and their framing."""
+"""Unit tests for scrun_py.container.protocol: control-socket messages and their framing."""
 
 # Expected value first, as everywhere in our tests (hence SIM300 is off for tests/).
 
@@ -8,8 +8,9 @@ import json
 
 import pytest
 
-from scrun_py import errors, protocol
-from scrun_py.errors import ContainerNotRunning, ProtocolError, ScrunError
+from scrun_py.base import errors
+from scrun_py.base.errors import ContainerNotRunning, ProtocolError, ScrunError
+from scrun_py.container import protocol
 
 
 class TestRequests:

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from scrun_py import procs
-from scrun_py.errors import AllocationFailed, ConfigError
+from scrun_py.base import procs
+from scrun_py.base.errors import AllocationFailed, ConfigError
 from scrun_py.slurm import choice, pyslurm_api
 from scrun_py.slurm.cli_backend import CliSlurm
 from scrun_py.slurm.pyslurm_api import PyslurmApi, RpcFailed

@@ -1,4 +1,4 @@
-"""Unit tests for scrun_py.signames.parse_signal: the SIGNAL argument of `kill`."""
+"""Unit tests for scrun_py.base.signames.parse_signal: the SIGNAL argument of `kill`."""
 
 # Expected value first, as everywhere in our tests (hence SIM300 is off for tests/).
 
@@ -8,8 +8,8 @@ import signal
 
 import pytest
 
-from scrun_py.errors import ScrunError
-from scrun_py.signames import SIGRTMAX, parse_signal
+from scrun_py.base.errors import ScrunError
+from scrun_py.base.signames import SIGRTMAX, parse_signal
 
 RTMIN = int(signal.SIGRTMIN)
 

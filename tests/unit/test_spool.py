@@ -1,4 +1,5 @@
-"""Unit tests for scrun_py.spool: ids, the per-container dir, pid files and socket addresses.
+"""Unit tests for scrun_py.container.spool: ids, the per-container dir, pid files and
+socket addresses.
 
 The socket tests bind real AF_UNIX sockets inside tmp_path (no other process).
 """
@@ -15,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from scrun_py import spool
-from scrun_py.container import Container
-from scrun_py.errors import AnchorUnreachable, ContainerExists, InvalidContainerId, ScrunError
+from scrun_py.base.errors import AnchorUnreachable, ContainerExists, InvalidContainerId, ScrunError
+from scrun_py.container import spool
+from scrun_py.container.handle import Container
 
 SUN_PATH_MAX = 107  # usable bytes of sockaddr_un.sun_path (108 with the NUL)
 

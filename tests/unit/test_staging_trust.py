@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from scrun_py.errors import HookError
+from scrun_py.base.errors import HookError
 from tests.unit.test_staging_cache import (  # noqa: F401 - the stage fixture
     Stage,
     needs_overlay,

@@ -1,4 +1,5 @@
-"""Unit tests for scrun_py.store: the container record and its refresh against the anchor."""
+"""Unit tests for scrun_py.container.store: the container record and its refresh against
+the anchor."""
 
 # Expected value first, as everywhere in our tests (hence SIM300 is off for tests/).
 
@@ -11,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from scrun_py import procs, spool, store
-from scrun_py.errors import ContainerNotFound, InvalidContainerId, ScrunError
-from scrun_py.status import Status
+from scrun_py.base import procs
+from scrun_py.base.errors import ContainerNotFound, InvalidContainerId, ScrunError
+from scrun_py.container import spool, store
+from scrun_py.container.status import Status
 
 # Above the kernel's PID_MAX_LIMIT (4194304): no process can ever have this pid.
 IMPOSSIBLE_PID = 4_194_305

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from scrun_py import threads
-from scrun_py.threads import Cancel, Cancelled
+from scrun_py.base import threads
+from scrun_py.base.threads import Cancel, Cancelled
 
 
 class TestCall:

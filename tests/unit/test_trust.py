@@ -1,5 +1,6 @@
-"""Unit tests for scrun_py.trust and the system site file of scrun_py.site_conf: what a
-caller's -f/SLURM_CONF/SCRUN_PY_LUA and an image's environment may steer (issue 23)."""
+"""Unit tests for scrun_py.site.trust and the system site file of
+scrun_py.site.site_conf: what a caller's -f/SLURM_CONF/SCRUN_PY_LUA and an image's
+environment may steer (issue 23)."""
 
 # Expected value first, as everywhere in our tests (hence SIM300 is off for tests/).
 
@@ -9,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from scrun_py import site_conf, trust
-from scrun_py.errors import ConfigError
+from scrun_py.base.errors import ConfigError
 from scrun_py.hooks.interface import NoHooks, load_hooks
 from scrun_py.hooks.lua import LuaHooks
+from scrun_py.site import site_conf, trust
 from scrun_py.slurm.options import SCRUN_OPTIONS
 
 # Every variable an image's ENV (or `docker run -e`) may not use to steer scrun-py or

@@ -1,6 +1,6 @@
 """Every verb's success and error cases through both entries: the click-free one
-(cmdline.parse + cmdline.run, what the console script runs for these command lines)
-and click's (cli.main), with plain and with diagnostics settings.  Each case runs
+(fast_path.parse + fast_path.run, what the console script runs for these command lines)
+and click's (click_app.main), with plain and with diagnostics settings.  Each case runs
 through every combination and must give the same exit status, stdout, stderr, --log
 records and files left behind: a drift between the two entries fails here."""
 
@@ -16,9 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from scrun_py import cli, cmdline, procs, protocol, spool
+from scrun_py.base import procs
+from scrun_py.base.errors import ContainerStillRunning, ScrunError
+from scrun_py.cli import click_app, fast_path
 from scrun_py.commands import delete
-from scrun_py.errors import ContainerStillRunning, ScrunError
+from scrun_py.container import protocol, spool
 from tests.unit.cli_run import stored
 
 ME = os.getpid()
@@ -27,17 +29,17 @@ GONE = 2 ** 22 + 1  # above pid_max: no such process
 
 def _click(argv: list[str]) -> int:
     try:
-        cli.main(argv)
+        click_app.main(argv)
     except SystemExit as exc:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
-    raise AssertionError("cli.main returned")
+    raise AssertionError("click_app.main returned")
 
 
 def _no_click(argv: list[str]) -> int:
-    call = cmdline.parse(argv)
-    assert call is not None, f"cmdline.parse gave {argv} up to click"
-    return cmdline.run(argv, call)
+    call = fast_path.parse(argv)
+    assert call is not None, f"fast_path.parse gave {argv} up to click"
+    return fast_path.run(argv, call)
 
 
 ENTRIES: dict[str, Callable[[list[str]], int]] = {"click": _click, "no-click": _no_click}
@@ -330,7 +332,7 @@ class TestParser:
     ])
     def test_reads(self, argv: list[str], verb: str, globals_: dict[str, object],
                    options: dict[str, object], args: list[str]) -> None:
-        call = cmdline.parse(argv)
+        call = fast_path.parse(argv)
         assert call is not None
         assert (verb, globals_, options, args) == (call.verb, call.globals, call.options,
                                                    call.args)
@@ -343,13 +345,13 @@ class TestParser:
         ["start", "--force", "c1"], ["--bogus", "state", "c1"],
     ])
     def test_leaves_to_click(self, argv: list[str]) -> None:
-        assert None is cmdline.parse(argv)
+        assert None is fast_path.parse(argv)
 
     def test_table_is_what_flags_generates(self) -> None:
-        """scrun_py/argv_table.py is what argv_table_gen writes from flags.py."""
-        from scrun_py.argv_table_gen import render_argv_table
+        """scrun_py/cli/argv_table.py is what argv_table_gen writes from base/flags.py."""
+        from scrun_py.cli.argv_table_gen import render_argv_table
 
-        table = Path(__file__).resolve().parents[2] / "scrun_py" / "argv_table.py"
+        table = Path(__file__).resolve().parents[2] / "scrun_py" / "cli" / "argv_table.py"
         assert render_argv_table() + "\n" == table.read_text()
 
 
@@ -436,13 +438,13 @@ class TestConsoleScript:
             capsys: pytest.CaptureFixture[str], argv: list[str], clicked: bool) -> None:
         stored(tmp_path, "stopped", 0)
         used: list[list[str]] = []
-        real = cli.main
+        real = click_app.main
 
         def spy(args: list[str]) -> None:
             used.append(args)
             real(args)
 
-        monkeypatch.setattr(cli, "main", spy)
+        monkeypatch.setattr(click_app, "main", spy)
         assert 0 == self._main(monkeypatch, "--root", str(tmp_path), *argv)
         assert clicked == bool(used)
         out = capsys.readouterr().out
@@ -453,8 +455,8 @@ class TestConsoleScript:
 def test_default_levels_log_no_debug() -> None:
     """Invocation.note skips a debug record without resolving the levels when no
     diagnostics setting was given: the default levels must indeed log none."""
-    from scrun_py import flags
-    from scrun_py.settings import Invocation
+    from scrun_py.base import flags
+    from scrun_py.base.invocation import Invocation
 
     debug = flags.level("debug").number
     assert all(flags.level(word).number > debug for word in flags.DEFAULT_LEVELS.values())

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from scrun_py import fastjson
+from scrun_py.container import fastjson
 
 if TYPE_CHECKING:  # create builds a spec without pathlib; the anchor reads it with it
     from pathlib import Path

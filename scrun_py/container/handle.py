@@ -2,20 +2,21 @@
 record (`state.json`), the liveness of its anchor and one request on its control socket.
 
 `state`, `start`, `kill` and `delete` go through this handle in every case, and so do
-store.py and spool.py for what they share with it.  `state` is polled and engines call
-`start` and `delete` once per container: the interpreter's start is most of their cost,
-so this module imports os, the C JSON scanner (fastjson) and, for a request, socket;
-paths are strings.  The record's fields and their defaults and the verbs' timeouts
-have their one home here (the names of the files, in layout.py).
+container/store.py and container/spool.py for what they share with it.  `state` is
+polled and engines call `start` and `delete` once per container: the interpreter's start
+is most of their cost, so this module imports os, the C JSON scanner (fastjson) and, for
+a request, socket; paths are strings.  The record's fields and their defaults and the
+verbs' timeouts have their one home here (the names of the files, in base/layout.py).
 """
 
 from __future__ import annotations
 
 import os
 
-from scrun_py import fastjson, layout
-from scrun_py.layout import CREATING, SITE_FILE, SOCKET_NAME, STATE_FILE, STATUSES, STOPPED
-from scrun_py.procs import process_start_time
+from scrun_py.base import layout
+from scrun_py.base.layout import CREATING, SITE_FILE, SOCKET_NAME, STATE_FILE, STATUSES, STOPPED
+from scrun_py.base.procs import process_start_time
+from scrun_py.container import fastjson
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ def validate_id(container_id: str) -> str:
     elif container_id in (".", "..") or not set(container_id) <= ID_CHARS:
         reason = "only letters, digits, '_', '+', '-' and '.' are allowed"
     if reason:
-        from scrun_py.errors import InvalidContainerId  # a good id imports no errors
+        from scrun_py.base.errors import InvalidContainerId  # a good id imports no errors
 
         raise InvalidContainerId(reason)
     return container_id
@@ -149,7 +150,7 @@ def site_file_may_apply(slurm_conf: str) -> bool:
 def check_private(path: str, what: str) -> None:
     """`path` (symlinks followed) must belong to the caller (its effective
     uid) and be writable by nobody else; ScrunError naming the owner or the mode."""
-    from scrun_py.errors import ScrunError
+    from scrun_py.base.errors import ScrunError
 
     try:
         st = os.stat(path)
@@ -215,18 +216,18 @@ class Container:
             with open(self.state_file, "rb") as fh:
                 data = fh.read()
         except (FileNotFoundError, NotADirectoryError) as exc:
-            from scrun_py.errors import ContainerNotFound
+            from scrun_py.base.errors import ContainerNotFound
 
             raise ContainerNotFound() from exc
         except PermissionError as exc:
-            from scrun_py.errors import ScrunError
+            from scrun_py.base.errors import ScrunError
 
             raise ScrunError(
                 f"permission denied reading container state: {self.state_file}") from exc
         try:
             return ContainerRecord.from_json(data)
         except (ValueError, TypeError, RecursionError) as exc:
-            from scrun_py.errors import ScrunError
+            from scrun_py.base.errors import ScrunError
 
             raise ScrunError(f"corrupt container state file: {self.state_file}") from exc
 
@@ -258,8 +259,8 @@ class Container:
     def request(self, kind: str, timeout_s: float | None, **fields: Any) -> dict[str, Any]:
         """Send one control request to the anchor; its reply, or the error it raised.
         AnchorUnreachable when nothing answers; PermissionDenied for another user's."""
-        from scrun_py import protocol
-        from scrun_py.errors import AnchorUnreachable
+        from scrun_py.base.errors import AnchorUnreachable
+        from scrun_py.container import protocol
 
         sock = self.connect()
         with sock:
@@ -281,7 +282,7 @@ class Container:
         import errno
         import socket
 
-        from scrun_py.errors import AnchorUnreachable, PermissionDenied
+        from scrun_py.base.errors import AnchorUnreachable, PermissionDenied
 
         try:
             fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)

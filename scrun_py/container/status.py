@@ -1,11 +1,11 @@
 """Container status values as `state` prints them, as an enum (the words are
-layout.py's).  Pure."""
+base/layout.py's).  Pure."""
 
 from __future__ import annotations
 
 import enum
 
-from scrun_py import layout
+from scrun_py.base import layout
 
 
 class Status(enum.StrEnum):

@@ -1,24 +1,24 @@
-"""The command line without click: one parser over the flag table (argv_table.py, which
-flags.py generates), the flags that change nothing but a debug record, and the one
-fatal path of every command.
+"""The command line without click: one parser over the flag table (cli/argv_table.py,
+which base/flags.py generates), the flags that change nothing but a debug record, and
+the one fatal path of every command.
 
 entry.py parses argv here.  What this parser reads (`create`, `start`, `state`,
 `kill`, `delete` with any of their options) runs without importing click; anything
 else (help, usage, version, the other verbs, anything it cannot read) goes to the
-click CLI (cli.py), which gives the usage errors.  Both run the same verbs
+click CLI (cli/click_app.py), which gives the usage errors.  Both run the same verbs
 (commands/), with the same notes (`apply_table`) and the same fatal path (`fail`).
 """
 
 from __future__ import annotations
 
-from scrun_py.argv_table import ARGS, OPTIONS, ROOTLESS_VALUES
+from scrun_py.cli.argv_table import ARGS, OPTIONS, ROOTLESS_VALUES
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
-    from scrun_py.settings import Invocation
+    from scrun_py.base.invocation import Invocation
 
 #: the verbs that run without click
 NO_CLICK_VERBS = ("create", "start", "state", "kill", "delete")
@@ -124,7 +124,7 @@ def apply_table(inv: Invocation, verb: str, given: Mapping[str, Any]) -> None:
         if effect == "ignored":
             inv.note("debug", f"{where}{record_name} ignored", flag=record_name, value=value)
         elif effect == "default-only":
-            from scrun_py.errors import UsageError
+            from scrun_py.base.errors import UsageError
 
             raise UsageError(f"{where}{record_name} {value}: only {default} is supported")
     if given.get("preserve_fds"):
@@ -134,7 +134,7 @@ def apply_table(inv: Invocation, verb: str, given: Mapping[str, Any]) -> None:
 
 def log_target(argv: list[str]) -> tuple[str | None, str]:
     """--log and --log-format as given, for the fatal path even when parsing failed."""
-    from scrun_py.settings import log_file_name
+    from scrun_py.base.invocation import log_file_name
 
     log_name: str | None = None
     fmt = "text"
@@ -154,8 +154,8 @@ def log_target(argv: list[str]) -> tuple[str | None, str]:
 
 def fatal(argv: list[str], msg: str, code: int) -> int:
     """The end of a failed command: one line on stderr, one error record in --log."""
-    from scrun_py.logs import fatal_record
-    from scrun_py.settings import log_file
+    from scrun_py.base.invocation import log_file
+    from scrun_py.base.logs import fatal_record
 
     log_name, fmt = log_target(argv)
     fatal_record(msg, log_file(log_name), fmt)
@@ -164,7 +164,7 @@ def fatal(argv: list[str], msg: str, code: int) -> int:
 
 def fail(argv: list[str], exc: BaseException) -> int:
     """`fatal` for what a verb raised (never a bare traceback); its exit status."""
-    from scrun_py.errors import ScrunError
+    from scrun_py.base.errors import ScrunError
 
     if isinstance(exc, ScrunError):
         return fatal(argv, str(exc), exc.exit_code)
@@ -185,7 +185,7 @@ def run(argv: list[str], call: Call) -> int:
             # forked first: the anchor's imports run on the other CPU while create
             # resolves its options and reads the bundle
             early = EarlyAnchor.fork(call.globals.get("slurm_conf"))
-        from scrun_py.settings import Invocation
+        from scrun_py.base.invocation import Invocation
 
         g = call.globals
         inv = Invocation.resolve(root=g.get("root"), log_path=g.get("log_path"),

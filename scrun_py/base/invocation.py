@@ -25,7 +25,7 @@ def _path(name: str) -> Path:
 
 
 def _default_levels() -> tuple[int, int, int]:
-    from scrun_py import flags
+    from scrun_py.base import flags
 
     return (flags.level(flags.DEFAULT_LEVELS["stderr"]).number,
             flags.level(flags.DEFAULT_LEVELS["file"]).number,
@@ -77,7 +77,7 @@ class Invocation:
         """
         log_name = log_file_name(log_path)
         if log_path is not None and log_name is None:
-            from scrun_py.errors import ConfigError
+            from scrun_py.base.errors import ConfigError
 
             raise ConfigError(f"--log {log_path}: only a file ([file:]PATH) is supported; "
                               "for syslog use SCRUN_SYSLOG_DEBUG")
@@ -85,7 +85,7 @@ class Invocation:
         levels = None
         if debug or verbosity or log_level is not None or any(
                 k.startswith("SCRUN_") and k.endswith("DEBUG") for k in env):
-            from scrun_py.logs import env_levels
+            from scrun_py.base.logs import env_levels
 
             lv = env_levels(env, debug=debug, verbosity=verbosity, log_level=log_level)
             levels = (lv["stderr"], lv["file"], lv["syslog"])
@@ -117,7 +117,7 @@ class Invocation:
         """Log one record at level `word` from a short-lived command (no structlog)."""
         if word == "debug" and self._levels is None:
             return  # the default levels log nothing below info (the unit tests check)
-        from scrun_py.logs import Sinks
+        from scrun_py.base.logs import Sinks
 
         stderr, file, syslog = self.levels
         sinks = Sinks(stderr_level=stderr, file_level=file, syslog_level=syslog,
@@ -129,7 +129,7 @@ class Invocation:
         """The slurm.conf in use: -f, else $SLURM_CONF, else the system's."""
         if self.slurm_conf_name is not None:
             return self.slurm_conf_name
-        from scrun_py import layout
+        from scrun_py.base import layout
 
         return os.environ.get("SLURM_CONF") or layout.DEFAULT_SLURM_CONF
 

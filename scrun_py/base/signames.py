@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import signal
 
-from scrun_py.errors import ScrunError
+from scrun_py.base.errors import ScrunError
 
 SIGRTMAX = int(signal.SIGRTMAX)
 

@@ -1,6 +1,6 @@
 """The container record (`state.json`) by Path: written atomically by the anchor on
-every transition; read through the container handle (container.py), which owns the
-record's fields, their defaults and its reading.
+every transition; read through the container handle (container/handle.py), which owns
+the record's fields, their defaults and its reading.
 
 The record is a cache of the anchor's state; `effective_status` refreshes it
 against the anchor process (runc refreshState), so a dead anchor reads as stopped.
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from scrun_py.container import Container, ContainerRecord
-from scrun_py.layout import STATE_FILE
-from scrun_py.spool import container_dir, write_atomic
-from scrun_py.status import Status
+from scrun_py.base.layout import STATE_FILE
+from scrun_py.container.handle import Container, ContainerRecord
+from scrun_py.container.spool import container_dir, write_atomic
+from scrun_py.container.status import Status
 
 __all__ = ["ContainerRecord", "anchor_alive", "effective_status", "load", "save"]
 

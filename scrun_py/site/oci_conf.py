@@ -1,7 +1,7 @@
 """oci.conf: Slurm's ``Key=Value`` syntax parsed into a validated, frozen ``OciConf``.
 
 Owns parsing, validation and the one-line error summary.  Only ``load_oci_conf``
-touches the disk; nothing here expands patterns (``patterns.py``) or runs commands.
+touches the disk; nothing here expands patterns (``site/patterns.py``) or runs commands.
 """
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ from typing import Any, Literal, NoReturn
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from scrun_py.errors import OciConfError
-from scrun_py.flags import LADDER, level_word
-from scrun_py.oci_conf_syntax import CREATE_SET as _CREATE_SET
-from scrun_py.oci_conf_syntax import FALSE_WORDS as _FALSE_WORDS
-from scrun_py.oci_conf_syntax import PAIR as _PAIR
-from scrun_py.oci_conf_syntax import RUN_SET as _RUN_SET
-from scrun_py.oci_conf_syntax import TRUE_WORDS as _TRUE_WORDS
-from scrun_py.oci_conf_syntax import read_text
-from scrun_py.patterns import tokens_in, unknown_tokens
+from scrun_py.base.errors import OciConfError
+from scrun_py.base.flags import LADDER, level_word
+from scrun_py.site.oci_conf_syntax import CREATE_SET as _CREATE_SET
+from scrun_py.site.oci_conf_syntax import FALSE_WORDS as _FALSE_WORDS
+from scrun_py.site.oci_conf_syntax import PAIR as _PAIR
+from scrun_py.site.oci_conf_syntax import RUN_SET as _RUN_SET
+from scrun_py.site.oci_conf_syntax import TRUE_WORDS as _TRUE_WORDS
+from scrun_py.site.oci_conf_syntax import read_text
+from scrun_py.site.patterns import tokens_in, unknown_tokens
 
 Mode = Literal["run", "create-start", "ignore-config-json"]
 

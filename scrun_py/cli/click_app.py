@@ -1,9 +1,9 @@
 """The click layer: global options before the verb, one thin function per verb.
 
-Every option comes from the table in flags.py (runc's, crun's and Slurm's scrun's);
+Every option comes from the table in base/flags.py (runc's, crun's and Slurm's scrun's);
 the ones that have no meaning for a Slurm job are accepted and logged at debug
-(cmdline.apply_table).  The verbs cmdline.py also parses run through the same
-commands.run_verb; every failure ends in cmdline.fatal, as on the click-free path.
+(fast_path.apply_table).  The verbs cli/fast_path.py also parses run through the same
+commands.run_verb; every failure ends in fast_path.fatal, as on the click-free path.
 """
 
 from __future__ import annotations
@@ -14,9 +14,11 @@ from typing import Any, NoReturn
 
 import click
 
-from scrun_py import cmdline, flags, version_text
-from scrun_py.errors import NotSupported
-from scrun_py.settings import Invocation
+from scrun_py import version_text
+from scrun_py.base import flags
+from scrun_py.base.errors import NotSupported
+from scrun_py.base.invocation import Invocation
+from scrun_py.cli import fast_path
 
 VERSION_TEXT = version_text()
 UNSUPPORTED = tuple(v.name for v in flags.VERBS if not v.supported)
@@ -72,7 +74,7 @@ def _register_verb(name: str) -> Callable[[Callable[..., None]], click.Command]:
 
         @click.pass_obj
         def callback(inv: Invocation, /, **opts: Any) -> None:
-            cmdline.apply_table(inv, name, opts)
+            fast_path.apply_table(inv, name, opts)
             fn(inv, **opts)
 
         cmd = click.Command(name, callback=callback, params=params, help=info.help,
@@ -101,7 +103,7 @@ def scrun(ctx: click.Context, /, **opts: Any) -> None:
         root=opts["root"], log_path=opts["log_path"], log_format=opts["log_format"],
         debug=opts["debug"], verbosity=opts["verbosity"], slurm_conf=opts["slurm_conf"],
         log_level=opts["log_level"])
-    cmdline.apply_table(inv, "", opts)
+    fast_path.apply_table(inv, "", opts)
     if ctx.invoked_subcommand is None:
         if opts["verbosity"]:
             click.echo(VERSION_TEXT)
@@ -121,7 +123,7 @@ def _register_shared_verb(name: str) -> None:
                  opts)
 
 
-for _name in cmdline.NO_CLICK_VERBS:
+for _name in fast_path.NO_CLICK_VERBS:
     _register_shared_verb(_name)
 
 
@@ -180,7 +182,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
     args = _normalize(list(sys.argv[1:] if argv is None else argv))
     try:
         # not scrun.main(): it turns Ctrl-C into click.Abort, where the click-free
-        # entry says `interrupted` (cmdline.fail)
+        # entry says `interrupted` (fast_path.fail)
         with scrun.make_context(PROG, list(args)) as ctx:  # click consumes the list
             scrun.invoke(ctx)
     except click.exceptions.Exit as exc:
@@ -188,9 +190,9 @@ def main(argv: list[str] | None = None) -> NoReturn:
     except click.ClickException as exc:
         _fatal(args, exc.format_message(), exc.exit_code)
     except BaseException as exc:
-        sys.exit(cmdline.fail(args, exc))
+        sys.exit(fast_path.fail(args, exc))
     sys.exit(0)
 
 
 def _fatal(args: list[str], msg: str, code: int) -> NoReturn:
-    sys.exit(cmdline.fatal(args, msg, code))
+    sys.exit(fast_path.fatal(args, msg, code))

@@ -22,14 +22,14 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from scrun_py import procs
+from scrun_py.base import procs
 
 # create imports this module for every container, with or without a site file: json, re,
 # pathlib and the site file's reader are imported where a record or a setting needs them
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from scrun_py.site_conf import SiteConf
+    from scrun_py.site.site_conf import SiteConf
 
 
 class AuditSettings(NamedTuple):
@@ -45,7 +45,7 @@ def load_settings(slurm_conf: Path, site: SiteConf | None = None) -> AuditSettin
     """The [audit] table of the site file (pass `site` when it is already loaded)."""
     import re
 
-    from scrun_py import site_conf
+    from scrun_py.site import site_conf
 
     site = site_conf.load(slurm_conf) if site is None else site
     section = site.section("audit", ("file", "syslog"))
@@ -98,7 +98,7 @@ def record(settings: AuditSettings, event: str, *, container_id: str, **fields: 
         return
     import json
 
-    from scrun_py.logs import rfc3339_now, syslog_send
+    from scrun_py.base.logs import rfc3339_now, syslog_send
 
     uid = procs.real_uid()
     user = procs.user_name(uid)
@@ -121,7 +121,7 @@ def record(settings: AuditSettings, event: str, *, container_id: str, **fields: 
 def emit(slurm_conf: Path, event: str, *, container_id: str, **fields: Any) -> None:
     """Load the site settings and record; a broken site file only warns here (create
     validates it up front)."""
-    from scrun_py.errors import ConfigError
+    from scrun_py.base.errors import ConfigError
 
     try:
         settings = load_settings(slurm_conf)

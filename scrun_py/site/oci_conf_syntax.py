@@ -1,7 +1,7 @@
 """oci.conf's ``Key=Value`` syntax, and the settings `create` hands to the anchor read
 without pydantic.
 
-`oci_conf.py` validates the whole file through its pydantic model (every key, its
+`site/oci_conf.py` validates the whole file through its pydantic model (every key, its
 error wording).  `create` needs only a few settings; `plain_settings` reads them when
 the file uses only the keys typical sites set and every value is one the model takes
 as it is.  It never reports an error: anything it is not sure of returns None, and the
@@ -14,9 +14,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from scrun_py.errors import OciConfError
-from scrun_py.flags import level_word
-from scrun_py.patterns import unknown_tokens
+from scrun_py.base.errors import OciConfError
+from scrun_py.base.flags import level_word
+from scrun_py.site.patterns import unknown_tokens
 
 TRUE_WORDS = ("yes", "true", "1")
 FALSE_WORDS = ("no", "false", "0")
@@ -67,7 +67,7 @@ def pairs(text: str) -> list[tuple[int, str, str]] | None:
 
 
 def plain_settings(text: str) -> dict[str, Any] | None:
-    """The anchor's runtime settings (`anchor.spec.RuntimeSettings` fields), or None
+    """The anchor's runtime settings (`anchor.handoff.RuntimeSettings` fields), or None
     when the file needs the full model (other keys, any doubtful value)."""
     found = pairs(text)
     if found is None:

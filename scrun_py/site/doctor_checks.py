@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from scrun_py.errors import ScrunError
-from scrun_py.settings import Invocation
+from scrun_py.base.errors import ScrunError
+from scrun_py.base.invocation import Invocation
 
 OK, WARN, FAIL = "ok", "warning", "failed"
 SLURM_COMMANDS = ("salloc", "srun", "scancel", "squeue", "sinfo")
@@ -35,7 +35,7 @@ class Check:
 def _run(argv: list[str], timeout_s: float = 15, stdin: bytes | None = None,
          env: dict[str, str] | None = None) -> tuple[int, str]:
     """(exit code, output) of a check command; its failure to run is in the output."""
-    from scrun_py import procs
+    from scrun_py.base import procs
 
     res = procs.run(argv, env=env, timeout_s=timeout_s, stdin=stdin)
     if res.error:
@@ -143,7 +143,7 @@ class Doctor:
         return Check("munge", OK, "credential encoded and decoded")
 
     def oci_conf(self) -> Check:
-        from scrun_py.oci_conf import find_oci_conf, load_oci_conf
+        from scrun_py.site.oci_conf import find_oci_conf, load_oci_conf
 
         path = find_oci_conf(self.slurm_conf)
         try:
@@ -174,8 +174,8 @@ class Doctor:
         return Check("oci.conf", OK, f"{path} ({conf.mode} mode)")
 
     def scrun_lua(self) -> Check:
-        from scrun_py import site_conf, trust
         from scrun_py.hooks.interface import NoHooks, load_hooks
+        from scrun_py.site import site_conf, trust
 
         site: site_conf.SiteConf | None = None
         try:  # where create looks (a broken site file is the scrun-py.toml check's)
@@ -198,7 +198,7 @@ class Doctor:
         return Check("scrun.lua", OK, f"{script}: loads, both hooks defined")
 
     def site_file(self) -> Check:
-        from scrun_py import audit, policy, site_conf, trust
+        from scrun_py.site import audit, policy, site_conf, trust
 
         try:
             site = site_conf.load(self.slurm_conf)

@@ -13,10 +13,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from scrun_py import container
-from scrun_py.container import validate_id
-from scrun_py.errors import ScrunError
-from scrun_py.layout import SOCKET_NAME, STATE_FILE
+from scrun_py.base.errors import ScrunError
+from scrun_py.base.layout import SOCKET_NAME, STATE_FILE
+from scrun_py.container import handle
+from scrun_py.container.handle import validate_id
 
 if TYPE_CHECKING:  # create imports this module: re and socket are the anchor's
     import socket
@@ -56,7 +56,7 @@ def container_dir(root: Path, container_id: str) -> Path:
 def ensure_root(root: Path) -> None:
     """Create --root (0700) if needed; it must be a writable directory of the caller's
     that no other user can write (runc checks XDG_RUNTIME_DIR the same way): in a shared
-    place (the /tmp fallback of settings.default_root) another user may have made it
+    place (the /tmp fallback of invocation.default_root) another user may have made it
     first, to rename or plant the caller's container directories."""
     try:
         root.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -70,12 +70,12 @@ def ensure_root(root: Path) -> None:
 
 
 def check_private(path: Path, what: str) -> None:
-    container.check_private(str(path), what)
+    handle.check_private(str(path), what)
 
 
 def make_container_dir(root: Path, container_id: str) -> Path:
     """Create the container's spool dir atomically; an existing one means a duplicate id."""
-    from scrun_py.errors import ContainerExists
+    from scrun_py.base.errors import ContainerExists
 
     path = container_dir(root, container_id)
     try:
@@ -123,7 +123,7 @@ def write_pid_file(path: Path, pid: int) -> None:
 
 
 def remove_pid_file(path: Path, pid: int) -> None:
-    container.remove_pid_file(str(path), pid)
+    handle.remove_pid_file(str(path), pid)
 
 
 @contextlib.contextmanager
@@ -158,4 +158,4 @@ def bind(path: Path) -> socket.socket:
 
 
 def remove_tree(path: Path) -> None:
-    container.remove_tree(str(path))
+    handle.remove_tree(str(path))

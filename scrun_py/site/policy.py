@@ -27,8 +27,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from scrun_py.errors import PolicyViolation
-from scrun_py.site_conf import SiteConf
+from scrun_py.base.errors import PolicyViolation
+from scrun_py.site.site_conf import SiteConf
 
 KEYS = ("no_new_privileges", "readonly_rootfs", "capabilities", "capabilities_action",
         "private_namespaces", "devices", "mount_sources", "bundles")

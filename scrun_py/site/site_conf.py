@@ -1,8 +1,8 @@
 """The site file `scrun-py.toml`, next to slurm.conf: one table per concern.
 
-    [audit]    -> scrun_py.audit
-    [policy]   -> scrun_py.policy
-    [trust]    -> scrun_py.trust
+    [audit]    -> scrun_py.site.audit
+    [policy]   -> scrun_py.site.policy
+    [trust]    -> scrun_py.site.trust
 
 A missing file is an empty one.  An unknown table or key is an error, so that a typo
 (`[polcy]`) cannot silently switch a site's policy off.
@@ -17,9 +17,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from scrun_py import layout
-from scrun_py.errors import ConfigError
-from scrun_py.layout import SITE_FILE
+from scrun_py.base import layout
+from scrun_py.base.errors import ConfigError
+from scrun_py.base.layout import SITE_FILE
 
 SECTIONS = ("audit", "policy", "trust")
 
@@ -88,7 +88,7 @@ def load(slurm_conf: Path, system: Path | None = None) -> SiteConf:
     trust = system_data.get("trust", {})
     if not isinstance(trust, dict):
         raise ConfigError(f"{system}: [trust] must be a table")
-    from scrun_py.trust import KEYS
+    from scrun_py.site.trust import KEYS
 
     unknown = sorted(set(trust) - set(KEYS))
     if unknown:  # checked whatever file is in use: a typo must not switch a setting off

@@ -18,7 +18,7 @@ import time
 from collections.abc import Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any
 
-from scrun_py import flags
+from scrun_py.base import flags
 
 if TYPE_CHECKING:  # create imports this module for its clock: json and pathlib stay out
     from pathlib import Path
@@ -41,7 +41,7 @@ def parse_level(value: str, source: str, *, extra: tuple[str, ...] = ()) -> int:
 
 def level_word(value: str, source: str, *, extra: tuple[str, ...] = ()) -> str:
     """The canonical word of a level given as `source`; ConfigError naming it otherwise."""
-    from scrun_py.errors import ConfigError
+    from scrun_py.base.errors import ConfigError
 
     try:
         return flags.level_word(value, extra=extra)

@@ -17,11 +17,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, NamedTuple
 
-from scrun_py import flags
+from scrun_py.base import flags
 from scrun_py.slurm.options import SCRUN_OPTIONS
 
 if TYPE_CHECKING:  # create uses the default rule without reading a site file
-    from scrun_py.site_conf import SiteConf
+    from scrun_py.site.site_conf import SiteConf
 
 KEYS = ("site_files", "lua_override", "container_env")  # site_conf checks them
 LUA_OVERRIDE_ENV = "SCRUN_PY_LUA"
@@ -88,7 +88,7 @@ def parse(site: SiteConf) -> Trust:
 
 def check_lua_override(trust: Trust, environ: Mapping[str, str], site: SiteConf) -> None:
     """A ConfigError when SCRUN_PY_LUA is set and the site forbids it."""
-    from scrun_py.errors import ConfigError
+    from scrun_py.base.errors import ConfigError
 
     if not trust.lua_override and environ.get(LUA_OVERRIDE_ENV):
         where = (site.system_path if site.system_trust.get("lua_override") is False

@@ -1,6 +1,6 @@
 """The names scrun-py writes: its files', and the statuses in a container's record.
 The one home of each.  Pure: no imports (`state` reads these without the Status enum,
-which status.py builds from them).
+which container/status.py builds from them).
 """
 
 #: what a container's directory under --root holds: its record, the anchor's control

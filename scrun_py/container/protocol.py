@@ -8,8 +8,8 @@ typing.
 
 from __future__ import annotations
 
-from scrun_py import fastjson
-from scrun_py.errors import ProtocolError, ScrunError, error_kind
+from scrun_py.base.errors import ProtocolError, ScrunError, error_kind
+from scrun_py.container import fastjson
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ def reply_or_raise(obj: dict[str, Any]) -> dict[str, Any]:
     """Return a successful reply, or raise the error class the anchor raised."""
     if obj.get("ok") is True:
         return obj
-    from scrun_py.errors import rebuild
+    from scrun_py.base.errors import rebuild
 
     kind = str(obj.get("kind", "ScrunError"))
     err: ScrunError = rebuild(kind, str(obj.get("message", "anchor reported an error")))

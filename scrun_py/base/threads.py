@@ -81,13 +81,13 @@ def call(fn: Callable[[], T], cancel: Cancel | None, name: str = "scrun-call") -
     """`fn()` in a daemon thread, waited for until it returns (its result or exception)
     or `cancel` is set (Cancelled; `fn` goes on running, abandoned)."""
     done = threading.Event()
-    box: list[Any] = []
+    outcome: list[Any] = []
 
     def work() -> None:
         try:
-            box.append((True, fn()))
+            outcome.append((True, fn()))
         except BaseException as exc:  # handed to the waiting thread
-            box.append((False, exc))
+            outcome.append((False, exc))
         done.set()
 
     if cancel is not None:
@@ -98,9 +98,9 @@ def call(fn: Callable[[], T], cancel: Cancel | None, name: str = "scrun-call") -
     finally:
         if cancel is not None:
             cancel.unlink(done)
-    if not box:
+    if not outcome:
         raise Cancelled
-    ok, value = box[0]
+    ok, value = outcome[0]
     if not ok:
         raise value
     result: T = value

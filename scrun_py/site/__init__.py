@@ -1,0 +1,6 @@
+"""What the site configures, and the checks of it: scrun-py.toml (site_conf) and its
+[audit], [policy] and [trust] tables (audit, policy, trust), Slurm's oci.conf
+(oci_conf, oci_conf_syntax, patterns) and what `scrun-py doctor` checks
+(doctor_checks).  May import base/, container/, hooks/ and slurm/; anchor/ and
+commands/ import it (and oci/bundle.py, lazily, site/trust.py's default allow-list).
+"""
