@@ -7,7 +7,6 @@ stays importable (and testable) without a Lua runtime.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -245,6 +244,8 @@ def _reject_constant(name: str) -> None:
 
 
 def parse_json(text: str) -> Any:
+    import json  # slurm.json_* only: the anchor does not load json for every container
+
     try:
         return json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:
@@ -252,6 +253,8 @@ def parse_json(text: str) -> Any:
 
 
 def dump_json(data: Any, pretty: bool) -> str:
+    import json
+
     if pretty:
         return json.dumps(data, ensure_ascii=False, sort_keys=True, indent=2)
     return json.dumps(data, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
