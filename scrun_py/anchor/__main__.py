@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from scrun_py.anchor import readiness
@@ -28,7 +27,7 @@ def _logger(spec: AnchorSpec, environ: dict[str, str],
                              log_level=spec.log_level, overrides=overrides)
     sinks = logs.Sinks(
         stderr_level=levels["stderr"], file_level=levels["file"], syslog_level=levels["syslog"],
-        log_path=Path(spec.log_path) if spec.log_path else None, log_format=spec.log_format)
+        log_path=spec.log_path or None, log_format=spec.log_format)
     return logs.Logger(sinks, {"component": "anchor", "container_id": spec.container_id})
 
 
@@ -49,13 +48,13 @@ def _prepare(spec: AnchorSpec, log: Logger) -> Lifecycle:
     for key, var in ANNOTATION_OPTIONS.items():
         if key in bundle.config.annotations and var not in environ:
             environ[var] = bundle.config.annotations[key]
-    slurm_conf = Path(spec.slurm_conf)
+    slurm_conf = spec.slurm_conf
     oci_conf = RuntimeSettings(**spec.runtime)
     log.sinks.update(_logger(spec, environ, {"stderr": oci_conf.stdio_debug,
                                              "file": oci_conf.file_debug,
                                              "syslog": oci_conf.syslog_debug}).sinks)
     hooks = load_hooks(slurm_conf, override=None if spec.lua_override else "", log=log,
-                       site_dir=Path(spec.site_dir) if spec.site_dir else None)
+                       site_dir=spec.site_dir or None)
     timeout = environ.get("SCRUN_PY_ALLOC_TIMEOUT", "")
     try:
         alloc_timeout = float(timeout) if timeout else None
@@ -83,7 +82,7 @@ def _run(spec: AnchorSpec, log: Logger) -> int:
     from scrun_py.base.errors import ScrunError, error_kind
     from scrun_py.container import spool
 
-    cdir = spool.container_dir(Path(spec.root), spec.container_id)
+    cdir = spool.container_dir(spec.root, spec.container_id)
     try:
         lc = _prepare(spec, log)
     except ScrunError as exc:
@@ -143,7 +142,7 @@ def run_anchor(spec: AnchorSpec) -> int:
         log = logs.Logger(logs.Sinks(stderr_level=logs.LEVELS["error"],
                                      file_level=logs.LEVELS["error"],
                                      syslog_level=logs.LEVELS["quiet"],
-                                     log_path=Path(spec.log_path) if spec.log_path else None,
+                                     log_path=spec.log_path or None,
                                      log_format=spec.log_format),
                           {"component": "anchor", "container_id": spec.container_id})
     procs.set_comm(f"scrun:{spec.container_id}")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import socket
-from pathlib import Path
 
 from scrun_py.base.errors import ScrunError
 
@@ -15,12 +14,12 @@ def open_pty() -> tuple[int, int, str]:
     return master, slave, os.ttyname(slave)
 
 
-def send_master(console_socket: Path, master: int, name: str) -> None:
+def send_master(console_socket: str, master: int, name: str) -> None:
     """runc's contract: one message, data = pty name, SCM_RIGHTS = master fd."""
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(10)
-            sock.connect(str(console_socket))
+            sock.connect(console_socket)
             socket.send_fds(sock, [name.encode()], [master])
     except OSError as exc:
         raise ScrunError(f"cannot send the terminal to --console-socket {console_socket}: "

@@ -11,7 +11,6 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from scrun_py.anchor.handoff import AnchorSpec, BundleInfo
@@ -32,7 +31,7 @@ class Container:
         self.bundle = bundle
         self.hooks = hooks
         self.environ = environ
-        self.root = Path(spec.root)
+        self.root = spec.root
         self.dir = spool.container_dir(self.root, spec.container_id)
         self.log = log
         self._saving = threading.Lock()  # state.json is written from several threads
@@ -82,7 +81,7 @@ class Container:
             "SCRUN_BUNDLE": str(self.bundle.path),
             "SCRUN_SUBMISSION_BUNDLE": self.spec.orig_bundle,
             "SCRUN_PID_FILE": self.spec.pid_file,
-            "SCRUN_SOCKET": str(self.dir / spool.SOCKET_NAME),
+            "SCRUN_SOCKET": os.path.join(self.dir, spool.SOCKET_NAME),
             "SCRUN_SPOOL_DIR": str(self.dir),
             "SCRUN_SUBMISSION_CONFIG_FILE": str(self.bundle.config_file),
             "SCRUN_USER": procs.user_name(uid),
@@ -155,7 +154,7 @@ class Container:
             return
         from scrun_py.anchor.console import send_master
 
-        send_master(Path(self.spec.console_socket), self.pty_master,
+        send_master(self.spec.console_socket, self.pty_master,
                     os.ttyname(self.pty_slave) if self.pty_slave is not None else "")
         os.close(self.pty_master)
         self.pty_master = None
@@ -169,14 +168,14 @@ class Container:
 
     def write_pid_file(self) -> None:
         if self.spec.pid_file:
-            spool.write_pid_file(Path(self.spec.pid_file), os.getpid())
+            spool.write_pid_file(self.spec.pid_file, os.getpid())
 
     def remove_pid_file(self) -> None:
         if self.spec.pid_file:
-            spool.remove_pid_file(Path(self.spec.pid_file), os.getpid())
+            spool.remove_pid_file(self.spec.pid_file, os.getpid())
 
-    def abandon_script(self) -> Path:
+    def abandon_script(self) -> str:
         from scrun_py.base.layout import ABANDON_FILE
 
-        return self.dir / ABANDON_FILE
+        return os.path.join(self.dir, ABANDON_FILE)
 

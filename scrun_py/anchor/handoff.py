@@ -7,12 +7,10 @@ pydantic: it starts faster and stays smaller (one anchor runs per container).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+import os
+from typing import Any, NamedTuple
 
 from scrun_py.container import fastjson
-
-if TYPE_CHECKING:  # create builds a spec without pathlib; the anchor reads it with it
-    from pathlib import Path
 
 
 class ProcessInfo(NamedTuple):
@@ -27,16 +25,17 @@ class ConfigInfo(NamedTuple):
 
 
 class BundleInfo(NamedTuple):
-    """The parts of a validated bundle the anchor needs."""
+    """The parts of a validated bundle the anchor needs (paths as strings: neither
+    create's path after the fork nor the anchor imports pathlib)."""
 
-    path: Path
-    rootfs: Path
+    path: str
+    rootfs: str
     config: ConfigInfo
     imported_env: dict[str, str] = {}  # noqa: RUF012 - read only
 
     @property
-    def config_file(self) -> Path:
-        return self.path / "config.json"
+    def config_file(self) -> str:
+        return os.path.join(self.path, "config.json")
 
     def to_dict(self) -> dict[str, Any]:
         config = {**self.config._asdict(), "process": self.config.process._asdict()}
@@ -45,10 +44,8 @@ class BundleInfo(NamedTuple):
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> BundleInfo:
-        from pathlib import Path
-
         cfg = d["config"]
-        return cls(path=Path(d["path"]), rootfs=Path(d["rootfs"]),
+        return cls(path=d["path"], rootfs=d["rootfs"],
                    config=ConfigInfo(ociVersion=cfg["ociVersion"],
                                      process=ProcessInfo(**cfg["process"]),
                                      annotations=dict(cfg["annotations"])),

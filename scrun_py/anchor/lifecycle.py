@@ -337,7 +337,7 @@ class Lifecycle:
                 spool.remove_tree(container.dir)
                 return
             with contextlib.suppress(OSError):
-                (container.dir / spool.SOCKET_NAME).unlink()
+                os.unlink(os.path.join(container.dir, spool.SOCKET_NAME))
             container.record.anchor_pid = 0
             container.set_status(Status.STOPPED)
             if self.delete_requested:

@@ -101,7 +101,7 @@ class Sinks:
     """
 
     def __init__(self, *, stderr_level: int, file_level: int, syslog_level: int,
-                 log_path: Path | None, log_format: str) -> None:
+                 log_path: Path | str | None, log_format: str) -> None:
         self.stderr_level = stderr_level
         self.file_level = file_level if log_path is not None else LEVELS["quiet"]
         self.syslog_level = syslog_level

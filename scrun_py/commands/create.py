@@ -157,7 +157,7 @@ def _bundle_info(inv: Invocation, container_id: str, loaded: Bundle,
         inv.note("warning", trust.refused_warning(name), id=container_id, variable=name)
     process = loaded.config.process
     return BundleInfo(
-        path=loaded.path, rootfs=loaded.rootfs, imported_env=imported,
+        path=str(loaded.path), rootfs=str(loaded.rootfs), imported_env=imported,
         config=ConfigInfo(ociVersion=loaded.config.ociVersion,
                           process=ProcessInfo(args=program_in_rootfs(
                               list(process.args), process.env, str(loaded.rootfs)),

@@ -1,4 +1,4 @@
-"""The container record (`state.json`) by Path: written atomically by the anchor on
+"""The container record (`state.json`) by path: written atomically by the anchor on
 every transition; read through the container handle (container/handle.py), which owns
 the record's fields, their defaults and its reading.
 
@@ -8,22 +8,26 @@ against the anchor process (runc refreshState), so a dead anchor reads as stoppe
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
+from typing import TYPE_CHECKING
 
 from scrun_py.base.layout import STATE_FILE
 from scrun_py.container.handle import Container, ContainerRecord
 from scrun_py.container.spool import container_dir, write_atomic
 from scrun_py.container.status import Status
 
+if TYPE_CHECKING:
+    from scrun_py.container.spool import PathArg
+
 __all__ = ["ContainerRecord", "anchor_alive", "effective_status", "load", "save"]
 
 
-def save(root: Path, record: ContainerRecord) -> None:
-    write_atomic(container_dir(root, record.id) / STATE_FILE, record.to_json())
+def save(root: PathArg, record: ContainerRecord) -> None:
+    write_atomic(os.path.join(container_dir(root, record.id), STATE_FILE), record.to_json())
 
 
-def load(root: Path, container_id: str) -> ContainerRecord:
-    return Container(str(root), container_id).record()
+def load(root: PathArg, container_id: str) -> ContainerRecord:
+    return Container(os.fspath(root), container_id).record()
 
 
 def anchor_alive(record: ContainerRecord) -> bool:

@@ -12,7 +12,6 @@ import os
 import re
 import sys
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any, Protocol
 
 from scrun_py.hooks.contract import TIME_STR_INFINITE, TIME_STR_INVALID
@@ -134,12 +133,13 @@ def system_search_paths(version: tuple[int, int]) -> tuple[str, str]:
     return path, cpath
 
 
-def cluster_name(slurm_conf: Path | None) -> str | None:
+def cluster_name(slurm_conf: str | os.PathLike[str] | None) -> str | None:
     """``ClusterName`` from slurm.conf (for ``slurm.CLUSTER_NAME``), or ``None``."""
     if slurm_conf is None:
         return None
     try:
-        text = slurm_conf.read_text(encoding="utf-8", errors="replace")
+        with open(slurm_conf, encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
     except OSError:
         return None
     match = re.search(r"(?im)^\s*ClusterName\s*=\s*([^\s#]+)", text)

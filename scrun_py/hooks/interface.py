@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from scrun_py.base.errors import HookError
+
+if TYPE_CHECKING:
+    from scrun_py.container.spool import PathArg
 
 SCRIPT_NAME: Final = "scrun.lua"
 LUA_SCRIPT_ENV: Final = "SCRUN_PY_LUA"
@@ -56,18 +58,17 @@ class NoHooks:
         return None
 
 
-def find_script(slurm_conf: Path | None, override: str | None = None) -> Path | None:
+def find_script(slurm_conf: PathArg | None, override: str | None = None) -> str | None:
     """``override`` if given, else ``scrun.lua`` next to ``slurm_conf``; ``None`` if no file."""
     if override:
-        path = Path(override)
-        if path.is_file():
-            return path
+        if os.path.isfile(override):
+            return override
         # an explicitly configured script that is missing is an error, not "no hooks"
-        raise HookError(f"{path}: scrun.lua not found")
+        raise HookError(f"{override}: scrun.lua not found")
     if slurm_conf is None:
         return None
-    path = slurm_conf.parent / SCRIPT_NAME
-    return path if path.is_file() else None
+    path = os.path.join(os.path.dirname(os.fspath(slurm_conf)), SCRIPT_NAME)
+    return path if os.path.isfile(path) else None
 
 
 def structlog_logger() -> Any:
@@ -77,9 +78,9 @@ def structlog_logger() -> Any:
     return structlog.get_logger()
 
 
-def load_hooks(slurm_conf: Path | None, override: str | None = None,
+def load_hooks(slurm_conf: PathArg | None, override: str | None = None,
                lua_version: str | None = None, log: Any = None,
-               site_dir: Path | None = None) -> Hooks:
+               site_dir: PathArg | None = None) -> Hooks:
     """The hooks to use: ``LuaHooks`` when a script exists, else ``NoHooks``.
 
     ``override`` defaults to ``$SCRUN_PY_LUA`` ("" : none, whatever the environment
@@ -89,8 +90,8 @@ def load_hooks(slurm_conf: Path | None, override: str | None = None,
     """
     if override is None:
         override = os.environ.get(LUA_SCRIPT_ENV) or None
-    script = find_script(site_dir / "slurm.conf" if site_dir is not None else slurm_conf,
-                         override)
+    script = find_script(os.path.join(site_dir, "slurm.conf") if site_dir is not None
+                         else slurm_conf, override)
     if script is None:
         (log if log is not None else structlog_logger()).debug("no scrun.lua, hooks disabled")
         return NoHooks()

@@ -13,7 +13,6 @@ import os
 import re
 import sys
 import time
-from pathlib import Path
 from types import MappingProxyType, ModuleType
 from typing import Any, Final
 
@@ -99,7 +98,7 @@ class _Bridge:
 class LuaHooks:
     """scrun.lua loaded into its own Lua runtime; one instance per anchor."""
 
-    def __init__(self, script: Path, lua_version: str = DEFAULT_LUA,
+    def __init__(self, script: str | os.PathLike[str], lua_version: str = DEFAULT_LUA,
                  cluster_name: str | None = None, log: Any = None) -> None:
         """Create the runtime and the ``slurm`` table; the script itself is not run yet.
 
@@ -135,7 +134,7 @@ class LuaHooks:
         package.cpath = str(package.cpath) + extra_cpath
 
     @classmethod
-    def load(cls, path: Path, lua_version: str = DEFAULT_LUA, *,
+    def load(cls, path: str | os.PathLike[str], lua_version: str = DEFAULT_LUA, *,
              cluster_name: str | None = None, log: Any = None) -> LuaHooks:
         """Load ``path`` with Slurm's rules; any failure is a one-line ``HookError``."""
         hooks = cls(path, lua_version, cluster_name, log)

@@ -28,7 +28,7 @@ class Harness:
     def __init__(self, tmp: Path, environ: dict[str, str] | None = None) -> None:
         self.root = tmp / "root"
         spool.ensure_root(self.root)
-        self.dir = spool.make_container_dir(self.root, CID)
+        self.dir = Path(spool.make_container_dir(self.root, CID))
         bundle = tmp / "bundle"
         (bundle / "rootfs").mkdir(parents=True)
         self.pid_file = tmp / "c1.pid"

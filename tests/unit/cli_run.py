@@ -21,7 +21,7 @@ def run(argv: list[str]) -> int:
 
 def stored(root: Path, status: str, anchor_pid: int, **fields: object) -> Path:
     """A container record on disk, as an anchor would have left it (job_id 0: no scancel)."""
-    cdir = spool.make_container_dir(root, "c1")
+    cdir = Path(spool.make_container_dir(root, "c1"))
     record = store.ContainerRecord(id="c1", bundle="/b/c1", rootfs="/b/c1/rootfs",
                                    status=status, anchor_pid=anchor_pid,
                                    created="2024-01-02T03:04:05.000000Z", owner="tuser",

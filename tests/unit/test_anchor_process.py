@@ -56,7 +56,7 @@ def pipe() -> Iterator[tuple[int, int]]:
 def make_spec(tmp: Path, ready_fd: int, **runtime: Any) -> AnchorSpec:
     root = tmp / "root"
     spool.ensure_root(root)
-    spool.make_container_dir(root, CID)
+    Path(spool.make_container_dir(root, CID))
     bundle = tmp / "bundle"
     (bundle / "rootfs").mkdir(parents=True, exist_ok=True)
     info = BundleInfo(path=bundle, rootfs=bundle / "rootfs",

@@ -232,7 +232,7 @@ class TestStoredContainer:
     def test_state_corrupt_record(self, tmp_root: Path,
                                   capsys: pytest.CaptureFixture[str]) -> None:
         """A corrupt state.json fails with one line naming the file, not a traceback."""
-        cdir = spool.make_container_dir(tmp_root, "c1")
+        cdir = Path(spool.make_container_dir(tmp_root, "c1"))
         (cdir / spool.STATE_FILE).write_text("[]")
         assert 1 == run(["--root", str(tmp_root), "state", "c1"])
         assert "corrupt container state file" in capsys.readouterr().err
@@ -255,7 +255,7 @@ class TestStoredContainer:
 
     def test_delete_half_created(self, tmp_root: Path) -> None:
         """A container dir without state.json or socket is cleaned up by a plain delete."""
-        cdir = spool.make_container_dir(tmp_root, "c1")
+        cdir = Path(spool.make_container_dir(tmp_root, "c1"))
         assert 0 == run(["--root", str(tmp_root), "delete", "c1"])
         assert cdir.exists() is False
 

@@ -185,12 +185,14 @@ class TestAnchorStaysLean:
         """The anchor (one per container) gets validated data from create, so it never
         loads pydantic or click; it runs on threads, so no asyncio (nor structlog, which
         imports it); and it leaves out what would only cost memory (datetime, dataclasses,
-        ssl, sysconfig's data). It starts faster and stays smaller."""
+        ssl, sysconfig's data, pathlib with urllib and ipaddress, json: paths are strings,
+        the spec and the control messages go through fastjson). It starts faster and
+        stays smaller."""
         import subprocess
         import sys
 
         heavy = {"pydantic", "click", "asyncio", "structlog", "dataclasses", "datetime",
-                 "ssl", "_sysconfigdata"}
+                 "ssl", "_sysconfigdata", "pathlib", "urllib", "ipaddress", "json"}
         code = ("import sys\n"
                 "from scrun_py.anchor.__main__ import preload\n"
                 "preload()\n"

@@ -161,13 +161,13 @@ class TestFindScript:
     def test_next_to_slurm_conf(self, tmp_path: Path) -> None:
         """scrun.lua in the slurm.conf directory is found."""
         (tmp_path / "scrun.lua").write_text(NOOP_HOOKS)
-        assert tmp_path / "scrun.lua" == find_script(tmp_path / "slurm.conf")
+        assert str(tmp_path / "scrun.lua") == find_script(tmp_path / "slurm.conf")
 
     def test_override_wins(self, tmp_path: Path) -> None:
         """An override path is used even when scrun.lua exists next to slurm.conf."""
         (tmp_path / "scrun.lua").write_text(NOOP_HOOKS)
         (tmp_path / "other.lua").write_text(NOOP_HOOKS)
-        assert tmp_path / "other.lua" == find_script(tmp_path / "slurm.conf",
+        assert str(tmp_path / "other.lua") == find_script(tmp_path / "slurm.conf",
                                                      str(tmp_path / "other.lua"))
 
     def test_no_script(self, tmp_path: Path) -> None:
@@ -193,7 +193,8 @@ class TestFindScript:
         (tmp_path / "site.lua").write_text(NOOP_HOOKS)
         monkeypatch.setenv("SCRUN_PY_LUA", str(tmp_path / "site.lua"))
         hooks = load_hooks(None)
-        assert (LuaHooks, tmp_path / "site.lua") == (type(hooks), getattr(hooks, "script", None))
+        assert (LuaHooks, str(tmp_path / "site.lua")) == (type(hooks),
+                                                          str(getattr(hooks, "script", None)))
 
     def test_env_version(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         """load_hooks reads the Lua version from SCRUN_PY_LUA_VERSION."""

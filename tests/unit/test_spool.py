@@ -74,7 +74,7 @@ class TestValidateId:
         """container_dir() never builds a path from an invalid id."""
         with pytest.raises(InvalidContainerId):
             spool.container_dir(tmp_root, "..")
-        assert tmp_root / "c1" == spool.container_dir(tmp_root, "c1")
+        assert str(tmp_root / "c1") == spool.container_dir(tmp_root, "c1")
 
 
 class TestEnsureRoot:
@@ -145,27 +145,27 @@ class TestEnsureRoot:
 class TestMakeContainerDir:
     def test_mode_0700(self, tmp_root: Path) -> None:
         """The container dir is created private to the user."""
-        path = spool.make_container_dir(tmp_root, "c1")
+        path = Path(spool.make_container_dir(tmp_root, "c1"))
         assert tmp_root / "c1" == path
         assert 0o700 == stat.S_IMODE(path.stat().st_mode)
 
     def test_duplicate(self, tmp_root: Path) -> None:
         """A second create of the same id is runc's `container with given ID already exists`."""
-        spool.make_container_dir(tmp_root, "c1")
+        Path(spool.make_container_dir(tmp_root, "c1"))
         with pytest.raises(ContainerExists) as info:
-            spool.make_container_dir(tmp_root, "c1")
+            Path(spool.make_container_dir(tmp_root, "c1"))
         assert "container with given ID already exists" == str(info.value)
 
     def test_invalid_id(self, tmp_root: Path) -> None:
         """An invalid id creates nothing."""
         with pytest.raises(InvalidContainerId):
-            spool.make_container_dir(tmp_root, "a/b")
+            Path(spool.make_container_dir(tmp_root, "a/b"))
         assert [] == os.listdir(tmp_root)
 
     def test_missing_root(self, tmp_path: Path) -> None:
         """Without its --root the dir cannot be created, and the error says so."""
         with pytest.raises(ScrunError, match=r"^cannot create "):
-            spool.make_container_dir(tmp_path / "absent", "c1")
+            Path(spool.make_container_dir(tmp_path / "absent", "c1"))
 
 
 class TestPidFile:
@@ -235,7 +235,7 @@ def _connect(cdir: Path) -> socket.socket:
 
 @pytest.fixture
 def listener(long_root: Path) -> Iterator[tuple[Path, socket.socket]]:
-    cdir = spool.make_container_dir(long_root, "c1")
+    cdir = Path(spool.make_container_dir(long_root, "c1"))
     sock = spool.bind(cdir)
     try:
         yield cdir, sock
@@ -273,7 +273,7 @@ class TestSockets:
 
     def test_connect_without_socket(self, long_root: Path) -> None:
         """Connecting where no socket file exists: no anchor runs."""
-        cdir = spool.make_container_dir(long_root, "c2")
+        cdir = Path(spool.make_container_dir(long_root, "c2"))
         with pytest.raises(AnchorUnreachable):
             _connect(cdir)
 
@@ -298,7 +298,7 @@ class TestSockets:
 class TestRemoveTree:
     def test_removes_everything(self, tmp_root: Path) -> None:
         """The container dir and its content are removed."""
-        cdir = spool.make_container_dir(tmp_root, "c1")
+        cdir = Path(spool.make_container_dir(tmp_root, "c1"))
         (cdir / "state.json").write_text("{}")
         spool.remove_tree(cdir)
         assert cdir.exists() is False

@@ -51,13 +51,13 @@ class TestSaveLoad:
             anchor_pid=1234, anchor_start="5678", created="2024-01-02T03:04:05.000000Z",
             owner="tuser", pid_file="/run/c1.pid", job_id=42, owns_job=False, step_id=0,
             exit_code=3)
-        spool.make_container_dir(tmp_root, "c1")
+        Path(spool.make_container_dir(tmp_root, "c1"))
         store.save(tmp_root, record)
         assert record == store.load(tmp_root, "c1")
 
     def test_save_overwrites_atomically(self, tmp_root: Path) -> None:
         """A second save replaces the record and leaves no temporary file behind."""
-        cdir = spool.make_container_dir(tmp_root, "c1")
+        cdir = Path(spool.make_container_dir(tmp_root, "c1"))
         store.save(tmp_root, _record(status="created"))
         store.save(tmp_root, _record(status="running"))
         assert "running" == store.load(tmp_root, "c1").status
@@ -65,13 +65,13 @@ class TestSaveLoad:
 
     def test_state_file_is_private(self, tmp_root: Path) -> None:
         """state.json is written with mode 0600."""
-        cdir = spool.make_container_dir(tmp_root, "c1")
+        cdir = Path(spool.make_container_dir(tmp_root, "c1"))
         store.save(tmp_root, _record())
         assert 0o600 == stat.S_IMODE((cdir / spool.STATE_FILE).stat().st_mode)
 
     def test_unknown_keys_are_ignored(self, tmp_root: Path) -> None:
         """Keys written by a newer version are ignored; missing optional ones get defaults."""
-        cdir = spool.make_container_dir(tmp_root, "c1")
+        cdir = Path(spool.make_container_dir(tmp_root, "c1"))
         (cdir / spool.STATE_FILE).write_text(json.dumps(
             {"id": "c1", "bundle": "/b", "rootfs": "/b/r", "from_the_future": [1, 2]}))
         loaded = store.load(tmp_root, "c1")
@@ -88,7 +88,7 @@ class TestMissing:
 
     def test_half_created_dir(self, tmp_root: Path) -> None:
         """A container dir without state.json also reads as not found."""
-        spool.make_container_dir(tmp_root, "c1")
+        Path(spool.make_container_dir(tmp_root, "c1"))
         with pytest.raises(ContainerNotFound):
             store.load(tmp_root, "c1")
 
@@ -117,7 +117,7 @@ class TestCorrupt:
     ])
     def test_corrupt_state_file(self, tmp_root: Path, content: bytes) -> None:
         """Truncated, non-object, incomplete or nonsensical state: a ScrunError naming the file."""
-        cdir = spool.make_container_dir(tmp_root, "c1")
+        cdir = Path(spool.make_container_dir(tmp_root, "c1"))
         (cdir / spool.STATE_FILE).write_bytes(content)
         with pytest.raises(ScrunError) as info:
             store.load(tmp_root, "c1")

@@ -161,11 +161,11 @@ def _nothing(root: Path) -> None:
 
 
 def _half_created(root: Path) -> None:
-    spool.make_container_dir(root, "c1")
+    Path(spool.make_container_dir(root, "c1"))
 
 
 def _corrupt(root: Path) -> None:
-    (spool.make_container_dir(root, "c1") / spool.STATE_FILE).write_text('{"id": 3}')
+    (Path(spool.make_container_dir(root, "c1")) / spool.STATE_FILE).write_text('{"id": 3}')
 
 
 def _err(message: str) -> str:
