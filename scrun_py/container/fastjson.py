@@ -47,6 +47,13 @@ def loads(data: bytes | str) -> Any:
         obj, end = _json.make_scanner(_ScanContext())(text, start)  # type: ignore[arg-type]
     except StopIteration:
         raise ValueError("Expecting value") from None
+    except SystemError:
+        # the scanner words most errors with json.decoder's JSONDecodeError, which it
+        # takes from sys.modules: without `import json` it fails this way instead.  An
+        # invalid document is the rare case: json parses it again for its error.
+        import json
+
+        return json.loads(text)
     if text[end:].strip(_WHITESPACE):
         raise ValueError("Extra data")
     return obj
