@@ -86,6 +86,15 @@ docker_up() {
     if ! docker version >/dev/null 2>&1; then
         log "starting dockerd ($DOCKER)"
         rm -f "$DOCKER/docker.pid"
+        # dockerd reuses a containerd whose pid file names a live process: after a reboot
+        # (or in CI, which starts from these files but none of the processes) that pid may
+        # be anyone's, and dockerd then times out connecting to it.  Trust the file only
+        # if the process is a containerd of this exec root.
+        local cpid=$DOCKER/exec/containerd/containerd.pid
+        if [ -f "$cpid" ] && ! tr '\0' ' ' <"/proc/$(cat "$cpid")/cmdline" 2>/dev/null |
+                grep -q -- "containerd.*$DOCKER/exec"; then
+            rm -f "$cpid"
+        fi
         setsid dockerd --config-file "$DOCKER/daemon.json" --host "unix://$DOCKER_SOCK" \
             --data-root "$DOCKER/data" --exec-root "$DOCKER/exec" --pidfile "$DOCKER/docker.pid" \
             --iptables=false --ip6tables=false --bridge=none --storage-driver=overlay2 \
