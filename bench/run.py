@@ -36,6 +36,8 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 
+from site_install import as_user
+
 STATE = Path(os.environ.get("SCRUN_TEST_STATE", "/var/lib/scrun-py-test"))
 SLURM_PREFIX = os.environ.get("SCRUN_TEST_SLURM_PREFIX", "")
 SLURM_BIN = Path(SLURM_PREFIX, "bin") if SLURM_PREFIX else Path("/usr/bin")
@@ -55,11 +57,6 @@ def user_env(pw: pwd.struct_passwd) -> dict[str, str]:
     slurm = f"{SLURM_PREFIX}/bin:" if SLURM_PREFIX else ""
     return {"PATH": f"{VENV}/bin:{slurm}/usr/bin:/bin", "HOME": pw.pw_dir, "USER": pw.pw_name,
             "SLURM_CONF": str(STATE / "slurm.conf"), "XDG_RUNTIME_DIR": f"/run/user/{pw.pw_uid}"}
-
-
-def as_user(pw: pwd.struct_passwd, argv: list[str]) -> list[str]:
-    return ["setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--init-groups", "--",
-            *argv]
 
 
 def make_bundle(path: Path, args: list[str]) -> None:

@@ -19,7 +19,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _as_user(pw: pwd.struct_passwd, argv: list[str]) -> list[str]:
+def as_user(pw: pwd.struct_passwd, argv: list[str]) -> list[str]:
+    """`argv` as the user `pw`, with their groups (bench/run.py's rows run this way)."""
     return ["setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--init-groups", "--",
             *argv]
 
@@ -30,8 +31,8 @@ def make(pw: pwd.struct_passwd, python: str = "/usr/bin/python3") -> Path:
     home = Path(pw.pw_dir) / ".cache" / "scrun-py-bench"
     venv, src = home / "venv", home / "src"
     env = {"HOME": pw.pw_dir, "USER": pw.pw_name, "PATH": "/usr/bin:/bin"}
-    subprocess.run(_as_user(pw, ["rm", "-rf", str(venv), str(src)]), check=True, env=env)
-    subprocess.run(_as_user(pw, ["mkdir", "-p", str(src)]), check=True, env=env)
+    subprocess.run(as_user(pw, ["rm", "-rf", str(venv), str(src)]), check=True, env=env)
+    subprocess.run(as_user(pw, ["mkdir", "-p", str(src)]), check=True, env=env)
     # the working tree as it is (tracked and new files, not the ignored ones)
     files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
                             "--exclude-standard"], cwd=REPO, check=True,
@@ -43,9 +44,9 @@ def make(pw: pwd.struct_passwd, python: str = "/usr/bin/python3") -> Path:
                 (Path(tmp) / rel).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(REPO / rel, Path(tmp) / rel)
         subprocess.run(["chmod", "-R", "a+rX", tmp], check=True)
-        subprocess.run(_as_user(pw, ["cp", "-r", f"{tmp}/.", str(src)]), check=True, env=env)
-    subprocess.run(_as_user(pw, [python, "-m", "venv", str(venv)]), check=True, env=env)
-    res = subprocess.run(_as_user(pw, [str(venv / "bin" / "pip"), "install", "-q", str(src)]),
+        subprocess.run(as_user(pw, ["cp", "-r", f"{tmp}/.", str(src)]), check=True, env=env)
+    subprocess.run(as_user(pw, [python, "-m", "venv", str(venv)]), check=True, env=env)
+    res = subprocess.run(as_user(pw, [str(venv / "bin" / "pip"), "install", "-q", str(src)]),
                          env=env, capture_output=True, text=True, check=False)
     if res.returncode != 0:
         raise SystemExit(f"pip install of the checkout as {pw.pw_name} failed:\n"

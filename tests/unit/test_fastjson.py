@@ -18,6 +18,13 @@ DOCS = ['{"id": "c1", "n": 3, "ok": true, "none": null, "l": [1, "a"]}', "[]", '
 INVALID = ["{ not json", "", "[1,", '{"a" 1}', "tru", '{"a": 1} x', "\xff"]
 
 
+def _fresh(code: str) -> tuple[str, str]:
+    """stdout and stderr of `code` in a new interpreter (json not imported)."""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=False)
+    return res.stdout.strip(), res.stderr
+
+
 @pytest.mark.parametrize("doc", DOCS)
 def test_loads_as_json(doc: str) -> None:
     assert json.loads(doc) == fastjson.loads(doc)
@@ -41,9 +48,7 @@ def test_invalid_is_a_value_error_without_json_loaded() -> None:
             "        continue\n"
             "    raise SystemExit(f'accepted {doc!r}')\n"
             "print('ok')\n")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60, check=False)
-    assert ("ok", "") == (res.stdout.strip(), res.stderr)
+    assert ("ok", "") == _fresh(code)
 
 
 def test_broken_config_json_without_json_loaded(tmp_path: object) -> None:
@@ -57,7 +62,5 @@ def test_broken_config_json_without_json_loaded(tmp_path: object) -> None:
             "    load_bundle(d)\n"
             "except BundleError as exc:\n"
             "    print(str(exc).replace(d, 'B'))\n")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60, check=False)
     assert ("bundle B: config.json is not valid JSON: Expecting property name enclosed in "
-            "double quotes: line 1 column 3 (char 2)", "") == (res.stdout.strip(), res.stderr)
+            "double quotes: line 1 column 3 (char 2)", "") == _fresh(code)

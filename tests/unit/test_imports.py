@@ -224,14 +224,19 @@ class TestNoClickVerbsStayLean:
         "__future__"})
 
     @staticmethod
-    def _imported(*code: str) -> set[str]:
+    def _importtime(*args: str) -> tuple[str, set[str]]:
+        """The stdout of `python -X importtime ARGS` and the modules it imported."""
         import subprocess
         import sys
 
-        res = subprocess.run([sys.executable, "-X", "importtime", "-c", "\n".join(code)],
+        res = subprocess.run([sys.executable, "-X", "importtime", *args],
                              capture_output=True, text=True, check=False, timeout=60)
-        return {line.rpartition("|")[2].strip() for line in res.stderr.splitlines()
-                if line.startswith("import time:") and "|" in line} - {"package"}
+        return res.stdout, {line.rpartition("|")[2].strip() for line in res.stderr.splitlines()
+                            if line.startswith("import time:") and "|" in line} - {"package"}
+
+    @classmethod
+    def _imported(cls, *code: str) -> set[str]:
+        return cls._importtime("-c", "\n".join(code))[1]
 
     @pytest.mark.parametrize("argv", [["state", "c1"], ["delete", "c1"],
                                       ["delete", "--force", "ghost"]])
@@ -256,16 +261,9 @@ class TestNoClickVerbsStayLean:
         """bin/scrun-py, the command pip installs, imports nothing for itself: the wrapper
         pip generates for a console-script entry point imports re on some pip releases
         (5-10 ms on every command)."""
-        import subprocess
-        import sys
-
-        res = subprocess.run([sys.executable, "-X", "importtime",
-                              str(Path(__file__).resolve().parents[2] / "bin" / "scrun-py"),
-                              "--version"], capture_output=True, text=True, check=True,
-                             timeout=60)
-        used = {line.rpartition("|")[2].strip() for line in res.stderr.splitlines()
-                if line.startswith("import time:") and "|" in line} - {"package"}
-        assert "scrun-py version" in res.stdout
+        out, used = self._importtime(
+            str(Path(__file__).resolve().parents[2] / "bin" / "scrun-py"), "--version")
+        assert "scrun-py version" in out
         assert set() == used - self._imported("pass") - {"scrun_py", "scrun_py.entry",
                                                          "__future__"}
 
