@@ -36,7 +36,9 @@
 # own scrun of that build reads the same slurm.conf (linked into /opt/slurm/R/etc).
 #
 # Must run as root on Debian 12 or 13. Idempotent.
-set -euo pipefail
+set -Eeuo pipefail
+# a command that fails unhandled says which, here and in any function (errexit alone is silent)
+trap 'log "failed (exit $?) at line $LINENO: $BASH_COMMAND"' ERR
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 CMD=${1:-up}; shift || true
@@ -392,8 +394,9 @@ sweep_runtime_state() {
     for d in /tmp/ocistate-*/*/; do
         [ -d "$d" ] || continue
         name=$(basename "$d")
+        # a state crun cannot read (its runtime killed mid-write by a node crash) goes too
         st=$(crun --root="$(dirname "$d")" state "$name" 2>/dev/null |
-             sed -n 's/.*"status": *"\([a-z]*\)".*/\1/p')
+             sed -n 's/.*"status": *"\([a-z]*\)".*/\1/p') || st=""
         case "$st" in running|created|paused) ;; *) rm -rf -- "$d" ;; esac
     done
 }
