@@ -42,7 +42,7 @@ def one(bench: ModuleType, pw: Any, env: dict[str, str], work: Path, n: int,
     """The rows of one backend; {"backend": name, "error": ...} when it could not run."""
     benv = {**env, "SCRUN_PY_SLURM_BACKEND": name}
     log = work / f"backend-{name}.log"
-    base = bench.as_user(pw, [bench.SCRUN, "--root", str(work / "root"), "--log", str(log),
+    base = bench.as_user(pw, [bench.BACKENDS_SCRUN, "--root", str(work / "root"), "--log", str(log),
                               "--log-format", "json"])
 
     def lifecycle() -> None:
@@ -82,6 +82,7 @@ def one(bench: ModuleType, pw: Any, env: dict[str, str], work: Path, n: int,
 
 def rows(bench: ModuleType, pw: Any, env: dict[str, str], work: Path, n: int,
          counter: Iterator[int]) -> list[dict[str, object]]:
+    print(f"[bench] backends: scrun-py of {Path(bench.BACKENDS_SCRUN).parents[1]}", flush=True)
     return [one(bench, pw, env, work, n, counter, name) for name in BACKENDS]
 
 

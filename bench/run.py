@@ -46,6 +46,9 @@ HANG_S = 60
 VENV = Path(os.environ.get("SCRUN_TEST_VENV", "/opt/scrun-py/venv"))
 USER = os.environ.get("SCRUN_TEST_USER", "scruntest")
 SCRUN = str(VENV / "bin" / "scrun-py")
+# the backends rows (bench/backends.py) need the pyslurm that scripts/pyslurm.sh builds
+# into the test virtualenv: with --install site they run the test virtualenv's scrun-py
+BACKENDS_SCRUN = os.environ.get("SCRUN_BENCH_BACKENDS_SCRUN", SCRUN)
 APPLETS = ("sh", "true", "sleep", "echo")
 ENGINES_SH = Path(__file__).resolve().parents[1] / "scripts" / "engines.sh"
 # podman (root) asks crun for nofile=1048576 and a large nproc; without CAP_SYS_RESOURCE
@@ -705,7 +708,8 @@ def main() -> None:
         venv = site_install.make(pw)
         # again, with the module's paths (VENV, SCRUN) naming the new virtualenv
         os.execve(sys.executable, [sys.executable, __file__, *sys.argv[1:], "--install",
-                                   "venv"], {**os.environ, "SCRUN_TEST_VENV": str(venv)})
+                                   "venv"], {**os.environ, "SCRUN_TEST_VENV": str(venv),
+                                             "SCRUN_BENCH_BACKENDS_SCRUN": SCRUN})
     print(f"[bench] scrun-py of {VENV}", flush=True)
     env = user_env(pw)
     work = Path(tempfile.mkdtemp(prefix="scrun-bench-", dir="/tmp"))
