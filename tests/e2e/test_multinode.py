@@ -426,6 +426,24 @@ class TestFaults:
         remove_runtime_states(env, job)
         assert [] == runtime_states(env, job)
 
+    def test_up_sweeps_unreadable_runtime_state(self) -> None:
+        """A runtime state directory crun cannot read (a runtime killed between removing
+        its status file and the directory, as a node crash can leave it) is removed by
+        `cluster.sh up`, which goes on: `crun state` fails on it, and that failure once
+        ended `up` with exit 1 and no message, leaving the crashed node down."""
+        broken = Path("/tmp/ocistate-0") / f"scrun-py-test-{uuid.uuid4().hex[:8]}"
+        broken.mkdir(parents=True)
+        try:
+            probe = subprocess.run(["crun", f"--root={broken.parent}", "state", broken.name],
+                                   capture_output=True, text=True, timeout=30)
+            assert 0 != probe.returncode, probe.stdout  # what the sweep meets
+            up = _cluster_sh("up")
+            assert 0 == up.returncode, up.stderr
+            assert "failed" not in up.stderr, up.stderr
+            assert not broken.exists()
+        finally:
+            shutil.rmtree(broken, ignore_errors=True)
+
     def test_drained_node_with_alloc_timeout(self, user_env: Env, drained_n3: str) -> None:
         """n3 drained, SCRUN_JOB_NUM_NODES=3 and SCRUN_PY_ALLOC_TIMEOUT=8: the job cannot
         start, so create fails after the timeout with one line naming the allocation and

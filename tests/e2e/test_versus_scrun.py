@@ -340,6 +340,11 @@ def normalize(text: str, *, cid: str = "", job: int = 0) -> str:
 Observer = Callable[[Side, str], dict[str, object]]
 
 
+# Slurm's scrun's `start` when the container's anchor is not there (an unknown id; or,
+# now and then, a container whose anchor ended between `create` and `start`)
+SLURM_ANCHOR_GONE = "command_start: send_rpc() failed: No such file or directory"
+
+
 class OneOf:
     """An observation of Slurm's scrun that varies from run to run among known values."""
 
@@ -380,16 +385,25 @@ def compare(results: Results, scenario: str, env: Env, conf: Path, observe: Obse
         results.add(scenario, who, "SCRUN-PY HUNG", str(exc))
         raise
     expected_slurm = {**expected_py, **slurm_differs}
+    slurm_failed = True  # Slurm's scrun hung or failed intermittently: not asserted
     if seen_slurm is None or cleaned:
         # a call or anchor that never ended, or a process still there once the
         # container was deleted (the spinning anchor): both are Slurm's scrun hanging
         outcome = "slurm scrun hung"
         detail = f"{hang or 'finished'}; cleaned up: {', '.join(cleaned) or 'nothing'}"
+    elif SLURM_ANCHOR_GONE in repr(seen_slurm) and SLURM_ANCHOR_GONE not in repr(expected_slurm):
+        # its anchor was gone when `start` came, though `create` had succeeded: the same
+        # intermittent failure of Slurm's scrun as a hang, recorded and not asserted
+        outcome = "slurm scrun anchor gone before start"
+        detail = ", ".join(sorted(k for k, v in seen_slurm.items()
+                                  if SLURM_ANCHOR_GONE in repr(v)))
     elif expected_slurm != seen_slurm:
+        slurm_failed = False
         outcome = "UNDOCUMENTED DIFFERENCE"
         detail = ", ".join(sorted(k for k in {*seen_slurm, *expected_slurm}
                                   if seen_slurm.get(k) != expected_slurm.get(k)))
     else:
+        slurm_failed = False
         # a documented difference that may or may not show (OneOf) counts where it did
         differing = sorted(k for k in slurm_differs if seen_slurm.get(k) != seen_py.get(k))
         outcome = "documented difference" if differing else "same"
@@ -399,7 +413,7 @@ def compare(results: Results, scenario: str, env: Env, conf: Path, observe: Obse
     results.add(scenario, who, outcome, detail, slurm=seen_slurm, py=seen_py,
                 notes={"slurm": slurm.notes, "py": py.notes})
     assert expected_py == seen_py, "scrun-py"
-    if seen_slurm is not None:
+    if not slurm_failed:
         assert expected_slurm == seen_slurm, "Slurm's scrun"
 
 
