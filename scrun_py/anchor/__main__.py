@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING
 
 from scrun_py.anchor import readiness
 from scrun_py.anchor.handoff import AnchorSpec
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from scrun_py.anchor.lifecycle import Lifecycle
     from scrun_py.base.logs import Logger

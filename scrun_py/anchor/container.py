@@ -11,7 +11,6 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from scrun_py.anchor.handoff import AnchorSpec, BundleInfo
 from scrun_py.base import procs, threads
@@ -22,6 +21,10 @@ from scrun_py.container.status import Status
 from scrun_py.hooks.interface import HookContext, Hooks, NoHooks
 from scrun_py.site import audit
 from scrun_py.slurm.backend import Allocation
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class Container:

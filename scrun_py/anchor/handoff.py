@@ -8,9 +8,14 @@ pydantic: it starts faster and stays smaller (one anchor runs per container).
 from __future__ import annotations
 
 import os
-from typing import Any, NamedTuple
 
 from scrun_py.container import fastjson
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, NamedTuple
+else:
+    from scrun_py.base.records import NamedTuple
 
 
 class ProcessInfo(NamedTuple):

@@ -22,7 +22,6 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from typing import NamedTuple
 
 from scrun_py.anchor.container import Container
 from scrun_py.anchor.job import Job
@@ -34,6 +33,12 @@ from scrun_py.container import spool
 from scrun_py.container.status import Status
 from scrun_py.slurm.backend import Allocation, SlurmBackend, Step
 from scrun_py.slurm.options import JobOptions
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import NamedTuple
+else:
+    from scrun_py.base.records import NamedTuple
 
 KILL_GRACE_S = 15.0
 # stop containers this long before the job's time limit (Slurm sends TERM at the limit)

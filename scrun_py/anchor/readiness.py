@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 import select
-from typing import Any
 
 from scrun_py.container import fastjson
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def write_ready(fd: int, pid: int) -> None:

@@ -12,13 +12,16 @@ import socket
 import struct
 import threading
 import time
-from typing import Any
 
 from scrun_py.anchor.lifecycle import Lifecycle
 from scrun_py.base.errors import PermissionDenied, ProtocolError, ScrunError
 from scrun_py.base.logs import Logger
 from scrun_py.container import protocol
 from scrun_py.container.handle import NOT_OWNER
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 REQUEST_TIMEOUT_S = 30.0  # for the request line to arrive
 

@@ -14,7 +14,12 @@ from __future__ import annotations
 
 import enum
 import signal
-from typing import NamedTuple
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import NamedTuple
+else:
+    from scrun_py.base.records import NamedTuple
 
 
 class Phase(enum.Enum):

@@ -14,11 +14,16 @@ scrun-py always reads config.json.
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Literal, NamedTuple
+    Effect = Literal["applied", "ignored", "default-only"]
+    Origin = Literal["scrun", "runc", "crun", "scrun-py"]
+    Sink = Literal["stderr", "file", "syslog"]
+else:
+    from scrun_py.base.records import NamedTuple
 
-Effect = Literal["applied", "ignored", "default-only"]
-Origin = Literal["scrun", "runc", "crun", "scrun-py"]
-Sink = Literal["stderr", "file", "syslog"]
+
 
 # -- diagnostics levels -----------------------------------------------------------------
 

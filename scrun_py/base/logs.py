@@ -16,12 +16,13 @@ import os
 import sys
 import time
 from collections.abc import Mapping, MutableMapping
-from typing import TYPE_CHECKING, Any
 
 from scrun_py.base import flags
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # create imports this module for its clock: json and pathlib stay out
     from pathlib import Path
+    from typing import Any
 
 # Level word → stdlib-style number, for every word of the ladder (flags.LEVELS).
 LEVELS: dict[str, int] = {lvl.word: lvl.number for lvl in flags.LEVELS}

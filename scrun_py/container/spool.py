@@ -10,13 +10,13 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 from scrun_py.base.errors import ScrunError
 from scrun_py.base.layout import SOCKET_NAME, STATE_FILE
 from scrun_py.container import handle
 from scrun_py.container.handle import validate_id
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # create imports this module: re and socket are the anchor's
     import socket
 

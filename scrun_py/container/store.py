@@ -9,13 +9,13 @@ against the anchor process (runc refreshState), so a dead anchor reads as stoppe
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
 
 from scrun_py.base.layout import STATE_FILE
 from scrun_py.container.handle import Container, ContainerRecord
 from scrun_py.container.spool import container_dir, write_atomic
 from scrun_py.container.status import Status
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from scrun_py.container.spool import PathArg
 

@@ -7,7 +7,10 @@ so that errors point at the calling line of the site script.
 
 from __future__ import annotations
 
-from typing import Final
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Final
+
 
 PRELUDE: Final = r"""
 local py, constants = ...

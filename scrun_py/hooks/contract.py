@@ -6,7 +6,12 @@ Single source of truth for ``hooks.lua`` and for the docs test. Pure data: no Lu
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import Final, NamedTuple
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Final, NamedTuple
+else:
+    from scrun_py.base.records import NamedTuple
 
 
 class HookSpec(NamedTuple):

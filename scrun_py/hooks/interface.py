@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from scrun_py.base.errors import HookError
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any, Final, Protocol
+
     from scrun_py.container.spool import PathArg
+else:
+    from scrun_py.base.records import Protocol
 
 SCRIPT_NAME: Final = "scrun.lua"
 LUA_SCRIPT_ENV: Final = "SCRUN_PY_LUA"

@@ -14,7 +14,6 @@ import re
 import sys
 import time
 from types import MappingProxyType, ModuleType
-from typing import Any, Final
 
 from scrun_py.base import logs
 from scrun_py.base.errors import HookError
@@ -23,6 +22,10 @@ from scrun_py.hooks import _builtins
 from scrun_py.hooks._prelude import PRELUDE
 from scrun_py.hooks.contract import HOOKS, SLURM_CONSTANTS, STAGE_IN, STAGE_OUT
 from scrun_py.hooks.interface import HookContext, structlog_logger
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Final
 
 DEFAULT_LUA: Final = "5.4"
 TRACE_ENV: Final = "SCRUN_TRACE_HOOKS"

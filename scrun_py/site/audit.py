@@ -20,16 +20,19 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Any, NamedTuple
 
 from scrun_py.base import procs
 
 # create imports this module for every container, with or without a site file: json, re,
 # pathlib and the site file's reader are imported where a record or a setting needs them
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pathlib import Path
+    from typing import Any, NamedTuple
 
     from scrun_py.site.site_conf import SiteConf
+else:
+    from scrun_py.base.records import NamedTuple
 
 
 class AuditSettings(NamedTuple):

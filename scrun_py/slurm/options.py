@@ -9,9 +9,14 @@ container step instead, which is what a user setting them means.
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Literal, NamedTuple
+    Where = Literal["alloc", "step", "removed"]
+else:
+    from scrun_py.base.records import NamedTuple
 
-Where = Literal["alloc", "step", "removed"]
+
 
 
 class Opt(NamedTuple):

@@ -11,9 +11,14 @@ from __future__ import annotations
 import os
 import sys
 from types import ModuleType
-from typing import Any, NamedTuple
 
 from scrun_py.base.errors import SlurmError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, NamedTuple
+else:
+    from scrun_py.base.records import NamedTuple
 
 # slurm_errno.h: the job is unknown to slurmctld (purged, never existed); it has ended
 INVALID_JOB_ID = 2017

@@ -13,13 +13,16 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Sequence
-from typing import IO
 
 from scrun_py.base.errors import AllocationFailed
 from scrun_py.base.threads import Cancel, Cancelled
 from scrun_py.slurm import argv as slurm_argv
 from scrun_py.slurm import parse
 from scrun_py.slurm.backend import Allocation
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import IO
 
 POLL_S = 0.05  # salloc's output, while the job is being allocated
 ABORT_GRACE_S = 10.0  # a salloc asked to stop (TERM) before it is killed

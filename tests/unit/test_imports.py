@@ -186,13 +186,14 @@ class TestAnchorStaysLean:
         loads pydantic or click; it runs on threads, so no asyncio (nor structlog, which
         imports it); and it leaves out what would only cost memory (datetime, dataclasses,
         ssl, sysconfig's data, pathlib with urllib and ipaddress, json: paths are strings,
-        the spec and the control messages go through fastjson). It starts faster and
-        stays smaller."""
+        the spec and the control messages go through fastjson; typing: its records and
+        interfaces come from base/records.py at run time). It starts faster and stays
+        smaller."""
         import subprocess
         import sys
 
         heavy = {"pydantic", "click", "asyncio", "structlog", "dataclasses", "datetime",
-                 "ssl", "_sysconfigdata", "pathlib", "urllib", "ipaddress", "json"}
+                 "ssl", "_sysconfigdata", "pathlib", "urllib", "ipaddress", "json", "typing"}
         code = ("import sys\n"
                 "from scrun_py.anchor.__main__ import preload\n"
                 "preload()\n"
@@ -255,6 +256,50 @@ class TestNoClickVerbsStayLean:
             "from scrun_py.entry import main", "main()")
         assert "scrun_py.commands" in used  # the probe ran the verb
         assert set() == used - bare - self.ALLOWED
+
+    # a request to the anchor: the protocol and the C socket module (socket.py's wrapper
+    # imports selectors, enum and collections: a quarter of a `start`)
+    REQUEST = frozenset({"scrun_py.container.protocol", "_socket", "errno",
+                         "scrun_py.commands.start", "scrun_py.commands.kill",
+                         "scrun_py.base.signames"})
+
+    @pytest.mark.parametrize("argv", [["start", "c1"], ["kill", "c1", "TERM"]])
+    def test_import_set_of_a_request(self, tmp_path: Path, argv: list[str]) -> None:
+        import json
+        import os
+        import socket
+        import threading
+
+        from scrun_py.base.procs import process_start_time
+
+        cdir = tmp_path / "c1"
+        cdir.mkdir(mode=0o700)
+        # a created container whose anchor is this process, listening on its socket
+        (cdir / "state.json").write_text(json.dumps(
+            {"id": "c1", "bundle": "/b", "rootfs": "/b/r", "status": "created",
+             "anchor_pid": os.getpid(), "anchor_start": process_start_time(os.getpid())}))
+        requests: list[bytes] = []
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+            server.bind(str(cdir / "anchor.sock"))
+            server.listen()
+
+            def answer() -> None:
+                conn, _ = server.accept()
+                with conn:
+                    requests.append(conn.recv(4096))
+                    conn.sendall(b'{"v":1,"ok":true,"job_id":7}\n')
+
+            thread = threading.Thread(target=answer, daemon=True)
+            thread.start()
+            bare = self._imported("pass")
+            used = self._imported(
+                "import sys",
+                f"sys.argv = ['scrun-py', '--root', {str(tmp_path)!r}, *{argv!r}]",
+                "from scrun_py.entry import main", "main()")
+            thread.join(10)
+        assert 1 == len(requests)  # the probe sent its request
+        assert f'"type":"{argv[0]}"' in requests[0].decode()
+        assert set() == used - bare - self.ALLOWED - self.REQUEST
 
 
     def test_the_command_script(self) -> None:

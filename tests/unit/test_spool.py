@@ -229,8 +229,8 @@ class TestPidFile:
 
 def _connect(cdir: Path) -> socket.socket:
     """The container handle's connection to the anchor socket in `cdir`."""
-    sock: socket.socket = Container(str(cdir.parent), cdir.name).connect()
-    return sock
+    raw = Container(str(cdir.parent), cdir.name).connect()  # the C module's socket
+    return socket.socket(fileno=raw.detach())
 
 
 @pytest.fixture
