@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-from typing import TYPE_CHECKING, Any
 
 from scrun_py.anchor import launch, readiness
 from scrun_py.anchor.handoff import (
@@ -25,7 +24,10 @@ from scrun_py.container import spool, store
 from scrun_py.container.handle import site_file_may_apply
 from scrun_py.site import audit, trust
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from scrun_py.oci.bundle import Bundle
     from scrun_py.site import policy
 

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
 from scrun_py.base.errors import OciConfError
 from scrun_py.base.flags import level_word
 from scrun_py.site.patterns import unknown_tokens
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 TRUE_WORDS = ("yes", "true", "1")
 FALSE_WORDS = ("no", "false", "0")
