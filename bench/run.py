@@ -26,6 +26,7 @@ import json
 import os
 import pwd
 import resource
+import select
 import shutil
 import statistics
 import subprocess
@@ -268,6 +269,23 @@ def wait_gone(pid: int, what: str) -> None:
         time.sleep(0.002)
 
 
+def wait_exact(proc: subprocess.Popen[bytes], what: str) -> int:
+    """`proc`'s exit status as soon as it exits, bounded by HANG_S (Hang).  Not
+    Popen.wait(timeout): it polls with sleeps that double up to 50 ms, so a process that
+    exits after 45 ms is seen after 63 (a create of 16 ms after 16): the lifecycle row
+    read 135 ms against 107 timed exactly, and the ratio 2.18x against 1.85x."""
+    fd = os.pidfd_open(proc.pid)
+    try:
+        exited, _, _ = select.select([fd], [], [], HANG_S)
+    finally:
+        os.close(fd)
+    if not exited:
+        proc.kill()
+        proc.wait()
+        raise Hang(what)
+    return proc.wait()
+
+
 def create_bounded(base: list[str], env: dict[str, str], bundle: Path, pid_file: Path,
                    cid: str) -> int:
     """`create`, bounded by HANG_S (Hang); the anchor's pid.  Its stdio is never a pipe
@@ -275,12 +293,7 @@ def create_bounded(base: list[str], env: dict[str, str], bundle: Path, pid_file:
     proc = subprocess.Popen([*base, "create", "--bundle", str(bundle), "--pid-file",
                              str(pid_file), cid], env=env, stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        rc = proc.wait(timeout=HANG_S)
-    except subprocess.TimeoutExpired as exc:
-        proc.kill()
-        proc.wait()
-        raise Hang(f"create {cid}") from exc
+    rc = wait_exact(proc, f"create {cid}")
     if rc != 0:
         raise RuntimeError(f"create {cid}: exit {rc}")
     return int(pid_file.read_text())
