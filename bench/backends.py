@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -80,10 +81,31 @@ def one(bench: ModuleType, pw: Any, env: dict[str, str], work: Path, n: int,
     return row
 
 
+def pyslurm_mismatch(bench: ModuleType, env: dict[str, str]) -> str | None:
+    """Why the pyslurm row cannot run here (None when it can): pyslurm X.Y builds
+    against Slurm X.Y only, and forced it refuses another release."""
+    python = str(Path(bench.BACKENDS_SCRUN).parent / "python3")
+    res = subprocess.run([python, "-c", "from importlib.metadata import version; "
+                          "print(version('pyslurm'))"], capture_output=True, text=True,
+                         check=False, timeout=60)
+    have = res.stdout.strip()
+    slurm = (bench.slurm_version(env).split() or ["?"])[-1]
+    if not have:
+        return f"no pyslurm in {Path(python).parents[1]}"
+    if have.split(".")[:2] != slurm.split(".")[:2]:
+        return f"pyslurm {have} is for Slurm {'.'.join(have.split('.')[:2])}, not {slurm}"
+    return None
+
+
 def rows(bench: ModuleType, pw: Any, env: dict[str, str], work: Path, n: int,
          counter: Iterator[int]) -> list[dict[str, object]]:
     print(f"[bench] backends: scrun-py of {Path(bench.BACKENDS_SCRUN).parents[1]}", flush=True)
-    return [one(bench, pw, env, work, n, counter, name) for name in BACKENDS]
+    out: list[dict[str, object]] = []
+    for name in BACKENDS:
+        why = pyslurm_mismatch(bench, env) if name == "pyslurm" else None
+        out.append({"backend": name, "skipped": why} if why else
+                   one(bench, pw, env, work, n, counter, name))
+    return out
 
 
 def _cell(row: dict[str, object], key: str) -> str:
@@ -98,6 +120,9 @@ def print_rows(backend_rows: list[dict[str, object]]) -> None:
           " RSS | PSS | anchors chose | fallbacks |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in backend_rows:
+        if "skipped" in r:
+            print(f"| {r['backend']} | not measured: {r['skipped']} | | | | | | | |")
+            continue
         if "error" in r:
             print(f"| {r['backend']} | failed: {r['error']} | | | | | | | |")
             continue
