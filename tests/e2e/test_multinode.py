@@ -325,6 +325,15 @@ class TestExitStatus:
         assert [] == nothing_left(env, "sig", job)
 
 
+def _signal_records(env: Env) -> list[str]:
+    """The anchor's --log records about signals (how `kill` was delivered)."""
+    try:
+        lines = env.log.read_text().splitlines()
+    except OSError:
+        return []
+    return [line for line in lines if "signal" in line or "RunTimeKill" in line][-20:]
+
+
 TRAP = ('trap \'echo "TERM on $(hostname)"; exit 7\' TERM; echo "up on $(hostname)"; '
         'while :; do sleep 0.2; done')
 
@@ -378,7 +387,11 @@ class TestSignals:
                   "the TERM traps")
             time.sleep(2)
             got = labelled(created.stdout())
-            assert all(len(lines) == 2 for lines in got.values()), got
+            # the whole observation on failure (a dict message is cut short): every
+            # task's lines, and how the anchor delivered the signal
+            assert all(len(lines) == 2 for lines in got.values()), (
+                f"{json.dumps(got)}\nanchor: {_signal_records(env)}\n"
+                f"stderr: {created.stderr()[-1500:]}")
         finally:
             env.run("delete", "--force", "trap2")
             created.wait_exit(timeout=60)
