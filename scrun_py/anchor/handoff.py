@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import os
 
+from scrun_py.base.records import NamedTuple
 from scrun_py.container import fastjson
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, NamedTuple
-else:
-    from scrun_py.base.records import NamedTuple
+    from typing import Any
 
 
 class ProcessInfo(NamedTuple):

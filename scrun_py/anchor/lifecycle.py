@@ -28,17 +28,12 @@ from scrun_py.anchor.job import Job
 from scrun_py.anchor.table import TABLE, Action, Event, Phase, Transition, kill_event
 from scrun_py.base import procs, threads
 from scrun_py.base.errors import CannotStart, ContainerNotRunning, ContainerStillRunning, ScrunError
+from scrun_py.base.records import NamedTuple
 from scrun_py.base.threads import Cancel, Cancelled
 from scrun_py.container import spool
 from scrun_py.container.status import Status
 from scrun_py.slurm.backend import Allocation, SlurmBackend, Step
 from scrun_py.slurm.options import JobOptions
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import NamedTuple
-else:
-    from scrun_py.base.records import NamedTuple
 
 KILL_GRACE_S = 15.0
 # stop containers this long before the job's time limit (Slurm sends TERM at the limit)

@@ -15,11 +15,7 @@ from __future__ import annotations
 import enum
 import signal
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import NamedTuple
-else:
-    from scrun_py.base.records import NamedTuple
+from scrun_py.base.records import NamedTuple
 
 
 class Phase(enum.Enum):

@@ -14,15 +14,14 @@ scrun-py always reads config.json.
 
 from __future__ import annotations
 
+from scrun_py.base.records import NamedTuple
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Literal, NamedTuple
+    from typing import Literal
     Effect = Literal["applied", "ignored", "default-only"]
     Origin = Literal["scrun", "runc", "crun", "scrun-py"]
     Sink = Literal["stderr", "file", "syslog"]
-else:
-    from scrun_py.base.records import NamedTuple
-
 
 
 # -- diagnostics levels -----------------------------------------------------------------

@@ -1,15 +1,7 @@
 """`NamedTuple` and `Protocol` at run time without importing typing.
 
-Modules the anchor imports (one anchor per container, its imports on `create`'s
-critical path) write
-
-    TYPE_CHECKING = False
-    if TYPE_CHECKING:
-        from typing import NamedTuple, Protocol
-    else:
-        from scrun_py.base.records import NamedTuple, Protocol
-
-mypy reads typing's classes; at run time a class body with annotated fields becomes a
+The modules the anchor and `create` import take both from here.  mypy reads typing's
+classes; at run time a class body with annotated fields becomes a
 `collections.namedtuple` with the same fields, defaults, methods and docstring.
 typing's own NamedTuple turns every annotation (strings here, with
 `from __future__ import annotations`) into a compiled ForwardRef, and typing itself
@@ -20,6 +12,8 @@ Protocol is only read by mypy; at run time it is a plain base class.
 from __future__ import annotations
 
 import collections
+
+__all__ = ["NamedTuple", "Protocol"]
 
 # what a class body holds besides its fields and members
 _CLASS_KEYS = frozenset({"__module__", "__qualname__", "__annotations__", "__doc__",
@@ -53,9 +47,16 @@ class _NamedTupleMeta(type):
         return cls
 
 
-class NamedTuple(metaclass=_NamedTupleMeta):
+class _NamedTuple(metaclass=_NamedTupleMeta):
     """Base of a record class: `class Point(NamedTuple): x: int; y: int = 0`."""
 
 
-class Protocol:
+class _Protocol:
     """Base of an interface mypy checks structurally; nothing at run time."""
+
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import NamedTuple, Protocol
+else:
+    NamedTuple, Protocol = _NamedTuple, _Protocol

@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     T = TypeVar("T")
 
 
-
 class Cancelled(Exception):
     """A wait was given up because its `Cancel` was set."""
 

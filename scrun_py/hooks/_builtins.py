@@ -13,13 +13,12 @@ import re
 import sys
 from collections.abc import Iterable, Mapping
 
+from scrun_py.base.records import Protocol
 from scrun_py.hooks.contract import TIME_STR_INFINITE, TIME_STR_INVALID
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Protocol
-else:
-    from scrun_py.base.records import Protocol
+    from typing import Any
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
+from scrun_py.base.records import NamedTuple
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Final, NamedTuple
-else:
-    from scrun_py.base.records import NamedTuple
+    from typing import Final
 
 
 class HookSpec(NamedTuple):

@@ -8,14 +8,13 @@ import os
 from collections.abc import Callable
 
 from scrun_py.base.errors import HookError
+from scrun_py.base.records import Protocol
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Final, Protocol
+    from typing import Any, Final
 
     from scrun_py.container.spool import PathArg
-else:
-    from scrun_py.base.records import Protocol
 
 SCRIPT_NAME: Final = "scrun.lua"
 LUA_SCRIPT_ENV: Final = "SCRUN_PY_LUA"

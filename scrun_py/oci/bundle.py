@@ -13,15 +13,14 @@ import os
 from pathlib import Path
 
 from scrun_py.base.errors import BundleError
+from scrun_py.base.records import NamedTuple
 from scrun_py.container import fastjson
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, NamedTuple
+    from typing import Any
 
     from pydantic import ValidationError
-else:
-    from scrun_py.base.records import NamedTuple
 
 # SemVer 2.0.0 (semver.org), which the runtime spec requires of ociVersion
 _IDENT = r"(?:0|[1-9][0-9]*|[0-9]*[A-Za-z-][0-9A-Za-z-]*)"

@@ -22,17 +22,16 @@ import os
 import sys
 
 from scrun_py.base import procs
+from scrun_py.base.records import NamedTuple
 
 # create imports this module for every container, with or without a site file: json, re,
 # pathlib and the site file's reader are imported where a record or a setting needs them
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pathlib import Path
-    from typing import Any, NamedTuple
+    from typing import Any
 
     from scrun_py.site.site_conf import SiteConf
-else:
-    from scrun_py.base.records import NamedTuple
 
 
 class AuditSettings(NamedTuple):

@@ -17,15 +17,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from scrun_py.base import flags
+from scrun_py.base.records import NamedTuple
 from scrun_py.slurm.options import SCRUN_OPTIONS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # create uses the default rule without reading a site file
-    from typing import NamedTuple
 
     from scrun_py.site.site_conf import SiteConf
-else:
-    from scrun_py.base.records import NamedTuple
 
 KEYS = ("site_files", "lua_override", "container_env")  # site_conf checks them
 LUA_OVERRIDE_ENV = "SCRUN_PY_LUA"

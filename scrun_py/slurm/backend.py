@@ -8,13 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from scrun_py.base.records import NamedTuple, Protocol
 from scrun_py.base.threads import Cancel
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import NamedTuple, Protocol
-else:
-    from scrun_py.base.records import NamedTuple, Protocol
 
 
 class Allocation:

@@ -20,17 +20,15 @@ from collections.abc import Callable, Mapping
 
 from scrun_py.base import threads
 from scrun_py.base.errors import ConfigError
+from scrun_py.base.records import NamedTuple
 from scrun_py.slurm import cli_backend, pyslurm_api
 from scrun_py.slurm.backend import SlurmBackend
 from scrun_py.slurm.pyslurm_api import PyslurmApi
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import NamedTuple
 
     from scrun_py.base.logs import Logger
-else:
-    from scrun_py.base.records import NamedTuple
 
 BACKEND_ENV = "SCRUN_PY_SLURM_BACKEND"
 MODES = ("auto", "cli", "pyslurm")

@@ -9,12 +9,12 @@ container step instead, which is what a user setting them means.
 
 from __future__ import annotations
 
+from scrun_py.base.records import NamedTuple
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Literal, NamedTuple
+    from typing import Literal
     Where = Literal["alloc", "step", "removed"]
-else:
-    from scrun_py.base.records import NamedTuple
 
 
 

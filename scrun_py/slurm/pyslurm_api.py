@@ -13,12 +13,11 @@ import sys
 from types import ModuleType
 
 from scrun_py.base.errors import SlurmError
+from scrun_py.base.records import NamedTuple
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, NamedTuple
-else:
-    from scrun_py.base.records import NamedTuple
+    from typing import Any
 
 # slurm_errno.h: the job is unknown to slurmctld (purged, never existed); it has ended
 INVALID_JOB_ID = 2017

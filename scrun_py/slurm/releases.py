@@ -8,12 +8,7 @@ end-to-end tests (which check each entry on the release under test).  Releases t
 
 from __future__ import annotations
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import NamedTuple
-else:
-    from scrun_py.base.records import NamedTuple
-
+from scrun_py.base.records import NamedTuple
 
 
 class Feature(NamedTuple):
