@@ -19,7 +19,6 @@ from scrun_py.base.threads import Cancel
 from scrun_py.container import spool, store
 from scrun_py.container.status import Status
 from scrun_py.hooks.interface import HookContext, Hooks, NoHooks
-from scrun_py.site import audit
 from scrun_py.slurm.backend import Allocation
 
 TYPE_CHECKING = False
@@ -65,6 +64,8 @@ class Container:
                       elapsed_s=round(time.monotonic() - self._t0, 3), **kw)
 
     def audit_exit(self, exit_code: int) -> None:
+        from scrun_py.site import audit
+
         audit.record(audit.AuditSettings(self.spec.audit_file, self.spec.audit_syslog), "exit",
                      container_id=self.record.id, engine=self.spec.engine,
                      job_id=self.record.job_id or None, bundle=self.record.bundle,

@@ -9,6 +9,7 @@ import os
 # enums) or contextlib until it is used (mypy reads this name as typing's)
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import subprocess
     from collections.abc import Mapping, Sequence
 
 #: status of a command killed after its timeout (coreutils timeout's convention)
@@ -153,6 +154,34 @@ class Result:
     @property
     def text(self) -> str:
         return self.output.decode(errors="replace")
+
+
+def wait_child(proc: subprocess.Popen[bytes], timeout_s: float | None) -> int | None:
+    """`proc.wait(timeout_s)`, noticing the exit when it happens; None on timeout.
+
+    Popen.wait with a timeout polls with sleeps that double up to 50 ms, so a child
+    that exits after 5 ms is seen after 7, one of 8 ms after 15.  The anchor waits so for
+    salloc at the end of every job, on the path to its own exit.  A pidfd wakes select
+    at the exit instead."""
+    import select
+    import subprocess
+
+    if proc.returncode is not None:
+        return proc.returncode
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except OSError:  # reaped by another thread meanwhile (or no pidfd): Popen knows
+        try:
+            return proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+    try:
+        readable, _, _ = select.select([pidfd], [], [], timeout_s)
+    finally:
+        os.close(pidfd)
+    if not readable:
+        return proc.poll()
+    return proc.wait()
 
 
 def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None,

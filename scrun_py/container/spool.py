@@ -17,8 +17,8 @@ from scrun_py.container import handle
 from scrun_py.container.handle import validate_id
 
 TYPE_CHECKING = False
-if TYPE_CHECKING:  # create imports this module: re and socket are the anchor's
-    import socket
+if TYPE_CHECKING:  # create imports this module: re is the anchor's
+    import _socket
 
     # paths in, strings out: the anchor does not import pathlib (about 1 MB of RSS and
     # 3 ms of its start-up with urllib.parse and ipaddress)
@@ -145,15 +145,16 @@ def short_address(fd: int, name: str = SOCKET_NAME) -> str:
     return f"/proc/self/fd/{fd}/{name}"
 
 
-def bind(path: PathArg) -> socket.socket:
-    """Bind and listen on the anchor socket in directory `path` (0600)."""
-    import socket
+def bind(path: PathArg) -> _socket.socket:
+    """Bind and listen on the anchor socket in directory `path` (0600).  The C module:
+    socket.py's wrapper imports selectors and enum, and the anchor needs none of it."""
+    import _socket
 
     with dir_fd(path) as fd:
         address = short_address(fd)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(address)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
         old = os.umask(0o177)
         try:
             sock.bind(address)

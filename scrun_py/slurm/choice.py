@@ -21,14 +21,13 @@ from collections.abc import Callable, Mapping
 from scrun_py.base import threads
 from scrun_py.base.errors import ConfigError
 from scrun_py.base.records import NamedTuple
-from scrun_py.slurm import cli_backend, pyslurm_api
+from scrun_py.slurm import cli_backend
 from scrun_py.slurm.backend import SlurmBackend
-from scrun_py.slurm.pyslurm_api import PyslurmApi
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-
     from scrun_py.base.logs import Logger
+    from scrun_py.slurm.pyslurm_api import PyslurmApi
 
 BACKEND_ENV = "SCRUN_PY_SLURM_BACKEND"
 MODES = ("auto", "cli", "pyslurm")
@@ -66,6 +65,8 @@ def installed_release() -> tuple[int, int] | None:
     (pyslurm X.Y.* builds against Slurm X.Y only), without importing it."""
     from importlib import metadata
 
+    from scrun_py.slurm import pyslurm_api
+
     try:
         return pyslurm_api.release_of(metadata.version("pyslurm"))
     except (metadata.PackageNotFoundError, ValueError):
@@ -83,6 +84,8 @@ def choose(mode: str, slurm_conf: str | None,
     pyslurm of another release."""
     if mode == "cli":
         return Choice("cli", f"{BACKEND_ENV}=cli")
+    from scrun_py.slurm import pyslurm_api
+
     label = "auto" if mode == "auto" else f"{BACKEND_ENV}=pyslurm"
     built = installed_release() if mode == "auto" and client is not None else None
     if built is not None and client is not None:

@@ -15,7 +15,6 @@ import os
 import shlex
 import signal
 import subprocess
-import termios
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -28,7 +27,10 @@ from scrun_py.slurm import parse, releases
 from scrun_py.slurm.backend import Allocation, JobInfo, Step, StepExit, StepRequest
 from scrun_py.slurm.options import JOB_NAME
 from scrun_py.slurm.salloc_holder import SallocHolder, salloc_cwd
-from scrun_py.slurm.stderr_relay import DRAIN_S, StderrRelay
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from scrun_py.slurm.stderr_relay import StderrRelay
 
 OLDEST = (22, 5)  # the oldest release supported: no --container-id
 # Right after start the runtime may not have created the container yet: retry the
@@ -56,15 +58,14 @@ class SrunStep:
         return self.proc.returncode
 
     def wait(self, timeout_s: float | None = None) -> StepExit | None:
-        try:
-            returncode = self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
+        returncode = procs.wait_child(self.proc, timeout_s)
+        if returncode is None:
             return None
         with self._lock:
             if self._exit is None:
                 reason, retry = None, False
                 if self._relay is not None:
-                    self._relay.drain(DRAIN_S)
+                    self._relay.drain()
                     reason, retry = self._relay.launch_failure, self._relay.transient_failure
                     self._relay.close()
                 self._exit = StepExit(returncode, reason, retry)
@@ -93,8 +94,13 @@ class CliSlurm:
     def allocate(self, opts: Sequence[str], env: dict[str, str],
                  on_job_id: Callable[[int], None], timeout_s: float | None,
                  cancel: Cancel, abandon_file: str | None = None) -> Allocation:
-        self._start_version_probe()
-        return self._jobs.allocate(opts, env, on_job_id, timeout_s, cancel, abandon_file)
+        def job_id_known(job_id: int) -> None:
+            # `srun --version` once salloc has named the job, not beside salloc's own
+            # start: the step needs the answer only at `start`
+            self._start_version_probe()
+            on_job_id(job_id)
+
+        return self._jobs.allocate(opts, env, job_id_known, timeout_s, cancel, abandon_file)
 
     def wait_ended(self, alloc: Allocation, cancel: Cancel) -> None:
         self._jobs.wait_ended(alloc, cancel)
@@ -142,9 +148,15 @@ class CliSlurm:
             args=req.args, step_opts=req.step_opts, srun_path=self._srun,
             srun_args=self._srun_args, pty=req.pty,
             container_id_flag=releases.has(version, "--container-id"))
+        # imported at the first launch, not before salloc runs: the anchor's start-up
+        # until salloc is on create's critical path
+        from scrun_py.slurm.stderr_relay import StderrRelay
+
         kwargs: dict[str, object]
         relay: StderrRelay | None = None
         if req.pty_slave is not None:
+            import termios
+
             slave = req.pty_slave
 
             def make_controlling_tty() -> None:

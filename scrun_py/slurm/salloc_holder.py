@@ -14,6 +14,7 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 
+from scrun_py.base import procs
 from scrun_py.base.errors import AllocationFailed
 from scrun_py.base.threads import Cancel, Cancelled
 from scrun_py.slurm import argv as slurm_argv
@@ -179,9 +180,7 @@ class SallocHolder:
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(ABORT_GRACE_S)
-            except subprocess.TimeoutExpired:
+            if procs.wait_child(proc, ABORT_GRACE_S) is None:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
                 proc.wait()
@@ -194,9 +193,7 @@ class SallocHolder:
             cancel.wait()
             return
         while not cancel.is_set():
-            try:
-                holder.wait(1.0)
-            except subprocess.TimeoutExpired:
+            if procs.wait_child(holder, 1.0) is None:
                 continue
             self._poll()
             return
@@ -222,9 +219,7 @@ class SallocHolder:
         if proc.stdin is not None:
             with contextlib.suppress(OSError, ValueError):
                 proc.stdin.close()  # EOF, whatever was written
-        try:
-            proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
+        if procs.wait_child(proc, timeout_s) is None:
             self._cancel(alloc.job_id)
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()

@@ -96,7 +96,7 @@ class StderrRelay:
             self.read_fd = self._wake_r = -1
             self._done.set()
 
-    def drain(self, timeout_s: float) -> None:
+    def drain(self, timeout_s: float = DRAIN_S) -> None:
         """Wait until everything the step wrote has been passed on (EOF, then written)."""
         if self._thread is not None:
             self._done.wait(timeout_s)

@@ -187,13 +187,14 @@ class TestAnchorStaysLean:
         imports it); and it leaves out what would only cost memory (datetime, dataclasses,
         ssl, sysconfig's data, pathlib with urllib and ipaddress, json: paths are strings,
         the spec and the control messages go through fastjson; typing: its records and
-        interfaces come from base/records.py at run time). It starts faster and stays
-        smaller."""
+        interfaces come from base/records.py at run time; socket.py: the control socket
+        is the C module's). It starts faster and stays smaller."""
         import subprocess
         import sys
 
         heavy = {"pydantic", "click", "asyncio", "structlog", "dataclasses", "datetime",
-                 "ssl", "_sysconfigdata", "pathlib", "urllib", "ipaddress", "json", "typing"}
+                 "ssl", "_sysconfigdata", "pathlib", "urllib", "ipaddress", "json", "typing",
+                 "socket"}
         code = ("import sys\n"
                 "from scrun_py.anchor.__main__ import preload\n"
                 "preload()\n"

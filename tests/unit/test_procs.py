@@ -49,3 +49,46 @@ class TestProcs:
 
     def test_run_killed_by_a_signal(self) -> None:
         assert 143 == procs.run(["sh", "-c", "kill -TERM $$"]).status
+
+
+class TestWaitChild:
+    """procs.wait_child: Popen.wait(timeout) without its doubling sleeps."""
+
+    def test_returns_the_exit_status(self) -> None:
+        child = subprocess.Popen(["sh", "-c", "exit 7"])
+        assert 7 == procs.wait_child(child, 10.0)
+        assert 7 == child.returncode  # reaped through Popen: it knows the status
+
+    def test_death_by_signal_is_negative_as_popen_says(self) -> None:
+        child = subprocess.Popen(["sh", "-c", "kill -TERM $$"])
+        assert -15 == procs.wait_child(child, 10.0)
+
+    def test_timeout_returns_none_and_leaves_the_child(self) -> None:
+        child = subprocess.Popen(["sleep", "30"])
+        try:
+            assert procs.wait_child(child, 0.05) is None
+            assert child.poll() is None
+        finally:
+            child.kill()
+            child.wait()
+
+    def test_no_timeout_waits_for_the_exit(self) -> None:
+        child = subprocess.Popen(["sh", "-c", "sleep 0.1; exit 3"])
+        assert 3 == procs.wait_child(child, None)
+
+    def test_child_reaped_before_by_another_waiter(self) -> None:
+        child = subprocess.Popen(["sh", "-c", "exit 4"])
+        child.wait()
+        assert 4 == procs.wait_child(child, 1.0)
+
+    def test_exit_noticed_while_another_thread_waits_too(self) -> None:
+        """The holder is waited for by the job watch and by the release at once."""
+        import threading
+
+        child = subprocess.Popen(["sh", "-c", "sleep 0.2; exit 5"])
+        seen: list[int | None] = []
+        other = threading.Thread(target=lambda: seen.append(procs.wait_child(child, 10.0)))
+        other.start()
+        assert 5 == procs.wait_child(child, 10.0)
+        other.join(10)
+        assert [5] == seen

@@ -233,10 +233,15 @@ def _connect(cdir: Path) -> socket.socket:
     return socket.socket(fileno=raw.detach())
 
 
+def _bind(cdir: Path) -> socket.socket:
+    """spool.bind's listener (the C module's socket) as a socket.socket, for the tests."""
+    return socket.socket(fileno=spool.bind(cdir).detach())
+
+
 @pytest.fixture
 def listener(long_root: Path) -> Iterator[tuple[Path, socket.socket]]:
     cdir = Path(spool.make_container_dir(long_root, "c1"))
-    sock = spool.bind(cdir)
+    sock = _bind(cdir)
     try:
         yield cdir, sock
     finally:
@@ -267,7 +272,7 @@ class TestSockets:
         """Binding again over a stale socket file (old anchor gone) succeeds."""
         cdir, first = listener
         first.close()
-        with spool.bind(cdir) as again, _connect(cdir):
+        with _bind(cdir) as again, _connect(cdir):
             conn, _ = again.accept()
             conn.close()
 

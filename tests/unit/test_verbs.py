@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -65,7 +66,7 @@ class Anchor:
     next of `replies` (None: hangs up) and keeps what it was sent."""
 
     def __init__(self, cdir: Path, replies: list[bytes | None]) -> None:
-        self.listener = spool.bind(cdir)
+        self.listener = socket.socket(fileno=spool.bind(cdir).detach())
         self.replies = replies
         self.got: list[dict[str, object]] = []
         self.thread = threading.Thread(target=self._serve, daemon=True)
