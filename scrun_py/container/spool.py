@@ -146,8 +146,8 @@ def short_address(fd: int, name: str = SOCKET_NAME) -> str:
 
 
 def bind(path: PathArg) -> _socket.socket:
-    """Bind and listen on the anchor socket in directory `path` (0600).  The C module:
-    socket.py's wrapper imports selectors and enum, and the anchor needs none of it."""
+    """Bind and listen on the anchor socket in directory `path` (0600).  The C module's
+    socket: socket.py's wrapper adds nothing the anchor uses (anchor/server.py)."""
     import _socket
 
     with dir_fd(path) as fd:
