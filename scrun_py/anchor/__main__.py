@@ -150,7 +150,11 @@ def run_anchor(spec: AnchorSpec) -> int:
 
 
 def main() -> None:
-    rc = run_anchor(AnchorSpec.from_json(sys.argv[1]))
+    spec = AnchorSpec.from_json(sys.argv[1])
+    # inherited through pass_fds, so inheritable: no child of ours (salloc is spawned
+    # without closing other descriptors) may keep create's readiness pipe open
+    os.set_inheritable(spec.ready_fd, False)
+    rc = run_anchor(spec)
     # the engine waits for this exit: skip the interpreter's teardown (every log write
     # is unbuffered; flush what print-style output there may be)
     sys.stdout.flush()

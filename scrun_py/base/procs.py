@@ -9,8 +9,18 @@ import os
 # enums) or contextlib until it is used (mypy reads this name as typing's)
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    import subprocess
     from collections.abc import Mapping, Sequence
+    from typing import BinaryIO, Protocol
+
+    class Child(Protocol):
+        """A started child: subprocess.Popen, or procs.Spawned."""
+
+        pid: int
+        returncode: int | None
+
+        def poll(self) -> int | None: ...
+
+        def wait(self) -> int: ...
 
 #: status of a command killed after its timeout (coreutils timeout's convention)
 TIMEOUT_STATUS = 124
@@ -156,7 +166,7 @@ class Result:
         return self.output.decode(errors="replace")
 
 
-def wait_child(proc: subprocess.Popen[bytes], timeout_s: float | None) -> int | None:
+def wait_child(proc: Child, timeout_s: float | None) -> int | None:
     """`proc.wait(timeout_s)`, noticing the exit when it happens; None on timeout.
 
     Popen.wait with a timeout polls with sleeps that double up to 50 ms, so a child
@@ -164,17 +174,13 @@ def wait_child(proc: subprocess.Popen[bytes], timeout_s: float | None) -> int | 
     salloc at the end of every job, on the path to its own exit.  A pidfd wakes select
     at the exit instead."""
     import select
-    import subprocess
 
     if proc.returncode is not None:
         return proc.returncode
     try:
         pidfd = os.pidfd_open(proc.pid)
-    except OSError:  # reaped by another thread meanwhile (or no pidfd): Popen knows
-        try:
-            return proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            return None
+    except OSError:  # reaped by another waiter meanwhile (or no pidfd here)
+        return _poll_until(proc, timeout_s)
     try:
         readable, _, _ = select.select([pidfd], [], [], timeout_s)
     finally:
@@ -182,6 +188,113 @@ def wait_child(proc: subprocess.Popen[bytes], timeout_s: float | None) -> int | 
     if not readable:
         return proc.poll()
     return proc.wait()
+
+
+def _poll_until(proc: Child, timeout_s: float | None) -> int | None:
+    import time
+
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while (code := proc.poll()) is None:
+        if deadline is not None and time.monotonic() >= deadline:
+            return None
+        time.sleep(0.005)
+    return code
+
+
+class Spawned:
+    """A child started by `spawn`: the part of subprocess.Popen the allocation holder
+    uses (pid, returncode, poll, wait, send_signal, kill, stdin, stdout)."""
+
+    def __init__(self, pid: int, stdin: BinaryIO, stdout: BinaryIO) -> None:
+        import threading
+
+        self.pid = pid
+        self.returncode: int | None = None
+        self.stdin: BinaryIO | None = stdin
+        self.stdout: BinaryIO | None = stdout
+        self._lock = threading.Lock()  # one waitpid at a time, as Popen has
+
+    def poll(self) -> int | None:
+        if self.returncode is None and self._lock.acquire(blocking=False):
+            try:
+                if self.returncode is None:
+                    pid, status = os.waitpid(self.pid, os.WNOHANG)
+                    if pid == self.pid:
+                        self.returncode = os.waitstatus_to_exitcode(status)
+            except ChildProcessError:  # reaped behind our back: Popen says 0 then too
+                self.returncode = 0
+            finally:
+                self._lock.release()
+        return self.returncode
+
+    def wait(self) -> int:
+        with self._lock:
+            if self.returncode is None:
+                try:
+                    _, status = os.waitpid(self.pid, 0)
+                    self.returncode = os.waitstatus_to_exitcode(status)
+                except ChildProcessError:
+                    self.returncode = 0
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signum)
+
+    def kill(self) -> None:
+        from scrun_py.base.signames import parse_signal
+
+        self.send_signal(parse_signal("KILL"))
+
+
+def spawn(argv: Sequence[str], env: Mapping[str, str], *, stderr: int,
+          cwd: str | None = None) -> Spawned:
+    """Start `argv` in a session of its own, with pipes on its stdin and stdout and
+    `stderr` (a file descriptor) as its stderr; OSError when it cannot be started.
+
+    os.posix_spawn rather than subprocess: the anchor spawns salloc this way before it
+    has imported subprocess (with locale, re and selectors, about 3 ms of its start-up,
+    all of it on `create`'s critical path).  A bare name is looked up on `env`'s PATH, as
+    subprocess does.  posix_spawn cannot change directory: with `cwd`, /bin/sh does, then
+    execs the command.  Unlike subprocess, descriptors are not closed: the child gets
+    those the caller made inheritable (Python makes none by itself)."""
+    from scrun_py.base.signames import parse_signal
+
+    if cwd is not None:
+        argv = ["/bin/sh", "-c", 'cd -- "$0" && exec "$@"', cwd, *argv]
+    in_read, in_write = os.pipe2(os.O_CLOEXEC)
+    out_read, out_write = os.pipe2(os.O_CLOEXEC)
+    try:
+        actions = [(os.POSIX_SPAWN_DUP2, in_read, 0), (os.POSIX_SPAWN_DUP2, out_write, 1),
+                   (os.POSIX_SPAWN_DUP2, stderr, 2)]
+        # the interpreter ignores these two, and an ignored signal stays ignored across
+        # exec: restored, as subprocess does
+        restore = (parse_signal("PIPE"), parse_signal("XFSZ"))
+        pid = _spawn_on_path(list(argv), env, actions, restore)
+    except BaseException:
+        for fd in (in_read, in_write, out_read, out_write):
+            os.close(fd)
+        raise
+    os.close(in_read)
+    os.close(out_write)
+    return Spawned(pid, open(in_write, "wb", buffering=0), open(out_read, "rb", buffering=0))
+
+
+def _spawn_on_path(argv: list[str], env: Mapping[str, str],
+                   actions: list[tuple[int, int, int]], restore: tuple[int, ...]) -> int:
+    name = argv[0]
+    paths = [name] if "/" in name else [os.path.join(d or ".", name)
+                                        for d in os.get_exec_path(dict(env))]
+    error: OSError | None = None
+    for path in paths:
+        try:
+            return os.posix_spawn(path, argv, env, file_actions=actions, setsid=True,
+                                  setsigdef=restore)
+        except (FileNotFoundError, NotADirectoryError) as exc:
+            error = error or exc
+        except PermissionError as exc:
+            error = exc  # as execvp: a directory that denies us is reported last
+    raise error or FileNotFoundError(2, "No such file or directory", name)
 
 
 def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import sys
 from collections.abc import Iterable, Mapping
 
@@ -146,8 +145,20 @@ def cluster_name(slurm_conf: str | os.PathLike[str] | None) -> str | None:
             text = fh.read()
     except OSError:
         return None
-    match = re.search(r"(?im)^\s*ClusterName\s*=\s*([^\s#]+)", text)
-    return match.group(1) if match else None
+    # the first `ClusterName = value` line, the key in any case (slurm.conf's rule); no
+    # re: the anchor reads this before salloc runs
+    for line in text.split("\n"):
+        stripped = line.lstrip()
+        if stripped[:11].lower() != "clustername":
+            continue
+        rest = stripped[11:].lstrip()
+        if not rest.startswith("="):
+            continue
+        value = rest[1:].lstrip()
+        end = next((i for i, ch in enumerate(value) if ch.isspace() or ch == "#"), len(value))
+        if end:
+            return value[:end]
+    return None
 
 
 # -- JSON <-> Lua ---------------------------------------------------------------------------

@@ -5,6 +5,10 @@ from slurm/releases.py (srun's --container-id exists from 23.02).  The allocatio
 salloc_holder.py's: a salloc whose command reports the job environment and then waits
 for the anchor to send the exit code.  This module runs the container step and the
 helper steps (signals, commands on every node), and scancel.
+
+The anchor imports this module before it spawns salloc, which is on `create`'s critical
+path: subprocess, shlex and parse (all three import re) are imported where they are used,
+once the job is being allocated.
 """
 
 from __future__ import annotations
@@ -12,9 +16,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import shlex
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -23,13 +25,15 @@ from scrun_py.base import procs, threads
 from scrun_py.base.errors import AllocationFailed, SlurmError, StepLaunchFailed
 from scrun_py.base.threads import Cancel
 from scrun_py.slurm import argv as slurm_argv
-from scrun_py.slurm import parse, releases
+from scrun_py.slurm import releases
 from scrun_py.slurm.backend import Allocation, JobInfo, Step, StepExit, StepRequest
 from scrun_py.slurm.options import JOB_NAME
 from scrun_py.slurm.salloc_holder import SallocHolder, salloc_cwd
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import subprocess
+
     from scrun_py.slurm.stderr_relay import StderrRelay
 
 OLDEST = (22, 5)  # the oldest release supported: no --container-id
@@ -94,13 +98,10 @@ class CliSlurm:
     def allocate(self, opts: Sequence[str], env: dict[str, str],
                  on_job_id: Callable[[int], None], timeout_s: float | None,
                  cancel: Cancel, abandon_file: str | None = None) -> Allocation:
-        def job_id_known(job_id: int) -> None:
-            # `srun --version` once salloc has named the job, not beside salloc's own
-            # start: the step needs the answer only at `start`
-            self._start_version_probe()
-            on_job_id(job_id)
-
-        return self._jobs.allocate(opts, env, job_id_known, timeout_s, cancel, abandon_file)
+        # `srun --version` (and the imports the step needs) once salloc runs, while the
+        # job is being allocated: not before, where it would delay salloc's own start
+        return self._jobs.allocate(opts, env, on_job_id, timeout_s, cancel, abandon_file,
+                                   spawned=self._start_version_probe)
 
     def wait_ended(self, alloc: Allocation, cancel: Cancel) -> None:
         self._jobs.wait_ended(alloc, cancel)
@@ -127,6 +128,8 @@ class CliSlurm:
             return None
         if res.status != 0:
             return None
+        from scrun_py.slurm import parse
+
         end, uid, gid = parse.parse_job_info(res.text)
         return JobInfo(end_time=end, uid=uid, gid=gid)
 
@@ -148,8 +151,8 @@ class CliSlurm:
             args=req.args, step_opts=req.step_opts, srun_path=self._srun,
             srun_args=self._srun_args, pty=req.pty,
             container_id_flag=releases.has(version, "--container-id"))
-        # imported at the first launch, not before salloc runs: the anchor's start-up
-        # until salloc is on create's critical path
+        import subprocess
+
         from scrun_py.slurm.stderr_relay import StderrRelay
 
         kwargs: dict[str, object]
@@ -187,6 +190,8 @@ class CliSlurm:
                 res = self._run(slurm_argv.build_step_list_argv(job_id), timeout_s=15)
             except SlurmError:
                 return None
+            from scrun_py.slurm import parse
+
             ids = parse.parse_step_ids(res.text, JOB_NAME)
             if res.status == 0 and ids:
                 return max(ids)
@@ -204,6 +209,8 @@ class CliSlurm:
                                env: dict[str, str], alive: Callable[[], bool]) -> bool:
         """RunTimeKill in a helper step, retried while the step lives; False when the
         signal still needs Slurm (no usable RunTimeKill, or every attempt failed)."""
+        from scrun_py.slurm import parse
+
         argv = self.signal_argv(job_id, step_id, sig, parse.max_tasks_per_node(
             env.get("SLURM_TASKS_PER_NODE", "1")))
         if argv is not None:
@@ -242,6 +249,10 @@ class CliSlurm:
         return self.signal_argv(job_id, step_id, int(signal.SIGKILL), tasks_per_node)
 
     def abandon_script(self, alloc: Allocation, step_id: int) -> str | None:
+        import shlex
+
+        from scrun_py.slurm import parse
+
         per_node = parse.max_tasks_per_node(alloc.env.get("SLURM_TASKS_PER_NODE", "1"))
         argv = self.kill_argv(alloc.job_id, step_id, per_node)
         return None if argv is None else f"timeout 30 {shlex.join(argv)}\n"
@@ -252,13 +263,15 @@ class CliSlurm:
 
     # ---- plumbing ---------------------------------------------------------------------------
     def _start_version_probe(self) -> None:
-        """Learn the Slurm version (for --container-id) while the job is allocated."""
+        """Learn the Slurm version (for --container-id) while the job is allocated, and
+        import the step's stderr relay meanwhile (launch_step needs it; `start` waits)."""
         if self._version_known is None:
             known = self._version_known = threading.Event()
 
             def probe() -> None:
                 try:
-                    self._version = self._probe_version()
+                    self._version = self._probe_version()  # imports subprocess too
+                    import scrun_py.slurm.stderr_relay  # noqa: F401
                 finally:
                     known.set()
 
@@ -293,5 +306,7 @@ def client_release(srun_path: str = "srun") -> tuple[int, int] | None:
         res = CliSlurm._run(slurm_argv.build_version_argv(srun_path), timeout_s=15)
     except SlurmError:
         return None
+    from scrun_py.slurm import parse
+
     version = parse.parse_version(res.text)
     return version if res.status == 0 and version else None

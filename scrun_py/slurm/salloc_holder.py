@@ -10,7 +10,6 @@ import contextlib
 import os
 import select
 import signal
-import subprocess
 import time
 from collections.abc import Callable, Sequence
 
@@ -18,8 +17,10 @@ from scrun_py.base import procs
 from scrun_py.base.errors import AllocationFailed
 from scrun_py.base.threads import Cancel, Cancelled
 from scrun_py.slurm import argv as slurm_argv
-from scrun_py.slurm import parse
 from scrun_py.slurm.backend import Allocation
+
+# salloc is spawned before the anchor imports subprocess or re (procs.spawn): parse
+# (re) is imported once salloc runs, while the job is being allocated
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -48,6 +49,8 @@ class StderrFile:
         self.offset += len(data)
         lines = (self.partial + data).split(b"\n")
         self.partial = lines.pop()
+        from scrun_py.slurm import parse
+
         job_id = 0
         for raw in lines:
             line = raw.decode(errors="replace")
@@ -100,12 +103,15 @@ class SallocHolder:
         self._cancel = cancel_job
         # the job's working directory when it is not the caller's (see salloc_cwd)
         self.job_dir: str | None = None
-        self._holder: subprocess.Popen[bytes] | None = None
+        self._holder: procs.Spawned | None = None
         self._stderr: StderrFile | None = None
 
     def allocate(self, opts: Sequence[str], env: dict[str, str],
                  on_job_id: Callable[[int], None], timeout_s: float | None,
-                 cancel: Cancel, abandon_file: str | None = None) -> Allocation:
+                 cancel: Cancel, abandon_file: str | None = None,
+                 spawned: Callable[[], None] = lambda: None) -> Allocation:
+        """The job salloc was granted; `spawned` is called once salloc runs (what the
+        anchor does meanwhile is off `create`'s critical path)."""
         if abandon_file is not None:  # the holder script runs it (argv.HOLDER_SCRIPT)
             env = {**env, slurm_argv.ABANDON_ENV: abandon_file}
         argv, self.job_dir = slurm_argv.build_salloc_argv(opts, self._salloc), salloc_cwd(opts)
@@ -114,12 +120,11 @@ class SallocHolder:
         # Kept open for the allocation's lifetime (polled), closed by release.
         err_file = unlinked_file()
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=err_file, env=env, start_new_session=True,
-                                    cwd=self.job_dir)
+            proc = procs.spawn(argv, env, stderr=err_file.fileno(), cwd=self.job_dir)
         except OSError as exc:
             err_file.close()
             raise AllocationFailed(f"cannot run salloc: {exc.strerror}") from exc
+        spawned()
         alloc = Allocation(job_id=0, env={}, owned=True)
         reader = StderrFile(err_file, alloc)
         self._holder, self._stderr = proc, reader
@@ -141,12 +146,14 @@ class SallocHolder:
             on_job_id(job_id)
         return alloc
 
-    def _job_env_of(self, proc: subprocess.Popen[bytes], alloc: Allocation,
+    def _job_env_of(self, proc: procs.Spawned, alloc: Allocation,
                     reader: StderrFile, on_job_id: Callable[[int], None],
                     timeout_s: float | None, cancel: Cancel) -> dict[str, str]:
         """Wait for the job environment salloc's command prints once the job runs; the job
         id is noted as soon as salloc names it.  Stops salloc (and cancels its job) when
         cancelled or out of time."""
+        from scrun_py.slurm import parse
+
         assert proc.stdout is not None
         out_fd = proc.stdout.fileno()
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -175,7 +182,7 @@ class SallocHolder:
             buf += chunk or b""
         return job_env(buf)
 
-    def _abort(self, proc: subprocess.Popen[bytes], alloc: Allocation) -> None:
+    def _abort(self, proc: procs.Spawned, alloc: Allocation) -> None:
         """Stop a salloc that has not delivered an allocation; cancel its job if any."""
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
@@ -230,7 +237,7 @@ class SallocHolder:
             self._stderr.fh.close()  # salloc's stderr file, kept open until its end
 
 
-def close_pipes(proc: subprocess.Popen[bytes]) -> None:
+def close_pipes(proc: procs.Spawned) -> None:
     for pipe in (proc.stdin, proc.stdout):
         if pipe is not None:
             with contextlib.suppress(OSError, ValueError):

@@ -208,6 +208,54 @@ class TestAnchorStaysLean:
         assert set() == loaded
         assert "scrun_py" in out  # the probe ran
 
+    def test_salloc_runs_before_subprocess_and_re_are_imported(self, tmp_path: Path) -> None:
+        """Everything the anchor does before salloc runs is on create's critical path:
+        its imports, loading scrun.lua, the backend.  salloc is spawned without
+        subprocess (procs.spawn), and subprocess, shlex and re (with locale and
+        selectors) are imported only once it runs.  Checked at the moment salloc runs,
+        with a stand-in salloc, a scrun.lua and the CLI backend."""
+        import subprocess
+        import sys
+
+        salloc = tmp_path / "salloc"
+        salloc.write_text("#!/bin/sh\necho 'salloc: Granted job allocation 5' >&2\n"
+                          'while [ "$1" != "--" ]; do shift; done; shift\n'
+                          'SLURM_JOB_ID=5 exec "$@"\n')
+        salloc.chmod(0o755)
+        (tmp_path / "slurm.conf").write_text("ClusterName=c1\n")
+        (tmp_path / "scrun.lua").write_text(
+            "function slurm_scrun_stage_in(id, bundle, spool_dir, config_file, job_id,"
+            " user_id, group_id, job_env)\n  return slurm.SUCCESS\nend\n"
+            "function slurm_scrun_stage_out(id, bundle, orig_bundle, root_path,"
+            " orig_root_path, spool_dir, config_file, jobid, user_id, group_id)\n"
+            "  return slurm.SUCCESS\nend\n")
+        code = (
+            "import os, sys\n"
+            "from scrun_py.anchor.__main__ import preload\n"
+            "preload()\n"
+            "from scrun_py.base import logs\n"
+            "from scrun_py.base.threads import Cancel\n"
+            "from scrun_py.hooks.interface import load_hooks\n"
+            "from scrun_py.slurm import choice\n"
+            "from scrun_py.slurm.options import job_options\n"
+            "log = logs.Logger(logs.Sinks(stderr_level=logs.LEVELS['error'],"
+            " file_level=logs.LEVELS['error'], syslog_level=logs.LEVELS['quiet'],"
+            " log_path=None, log_format='text'), {})\n"
+            f"hooks = load_hooks({str(tmp_path / 'slurm.conf')!r}, override='', log=log)\n"
+            "assert type(hooks).__name__ == 'LuaHooks', hooks\n"
+            f"backend = choice.backend_for('cli', None, choice.CliOptions(), log)\n"
+            "backend._jobs._salloc = " + repr(str(salloc)) + "\n"
+            "opts = job_options({}).alloc\n"
+            "WATCH = ('subprocess', 're', 'shlex', 'locale', 'selectors', 'socket')\n"
+            "seen = []\n"
+            "alloc = backend._jobs.allocate(opts, dict(os.environ), lambda j: None, 10,"
+            " Cancel(), spawned=lambda: seen.append([m for m in WATCH if m in sys.modules]))\n"
+            "backend.release(alloc, 0, 10)\n"
+            "print(alloc.job_id, seen)\n")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             check=True, cwd=tmp_path).stdout.strip()
+        assert "5 [[]]" == out
+
 
 class TestNoClickVerbsStayLean:
     """`state` is polled and engines run `start` and `delete` once per container: the

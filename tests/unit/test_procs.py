@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -92,3 +93,86 @@ class TestWaitChild:
         assert 5 == procs.wait_child(child, 10.0)
         other.join(10)
         assert [5] == seen
+
+
+class TestSpawn:
+    """procs.spawn: salloc's start without subprocess (pipes, session, PATH, cwd)."""
+
+    def setup_method(self) -> None:
+        self.children: list[procs.Spawned] = []
+
+    def teardown_method(self) -> None:
+        for child in self.children:
+            for pipe in (child.stdin, child.stdout):
+                if pipe is not None:
+                    pipe.close()
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+
+    def _spawn(self, tmp_path: Path, argv: list[str], env: dict[str, str] | None = None,
+               cwd: str | None = None) -> tuple[procs.Spawned, Path]:
+        err = tmp_path / "stderr"
+        with open(err, "wb") as fh:
+            child = procs.spawn(argv, env if env is not None else dict(os.environ),
+                                stderr=fh.fileno(), cwd=cwd)
+        self.children.append(child)
+        return child, err
+
+    def test_pipes_and_status(self, tmp_path: Path) -> None:
+        child, err = self._spawn(
+            tmp_path, ["sh", "-c", "read x; echo got $x; echo oops >&2; exit 3"])
+        assert child.stdin is not None and child.stdout is not None
+        child.stdin.write(b"hello\n")
+        child.stdin.close()
+        assert b"got hello\n" == child.stdout.read()
+        assert 3 == child.wait()
+        assert 3 == child.poll() == child.returncode
+        assert b"oops\n" == err.read_bytes()
+
+    def test_a_session_of_its_own(self, tmp_path: Path) -> None:
+        child, _ = self._spawn(tmp_path, ["sleep", "30"])
+        try:
+            assert child.pid == os.getsid(child.pid)
+            assert child.poll() is None
+        finally:
+            child.kill()
+        assert -9 == child.wait()
+        child.send_signal(15)  # gone: nothing to signal, no error
+
+    def test_bare_name_found_on_the_given_path(self, tmp_path: Path) -> None:
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        tool = bin_dir / "only-here"
+        tool.write_text("#!/bin/sh\necho found\n")
+        tool.chmod(0o755)
+        child, _ = self._spawn(tmp_path, ["only-here"], env={"PATH": f"/nonexistent:{bin_dir}"})
+        assert child.stdout is not None
+        assert b"found\n" == child.stdout.read()
+        assert 0 == child.wait()
+
+    def test_missing_program(self, tmp_path: Path) -> None:
+        before = len(os.listdir("/proc/self/fd"))
+        with pytest.raises(FileNotFoundError):
+            self._spawn(tmp_path, ["no-such-program-here"], env={"PATH": str(tmp_path)})
+        assert before == len(os.listdir("/proc/self/fd"))  # its pipes closed again
+
+    def test_cwd(self, tmp_path: Path) -> None:
+        child, _ = self._spawn(tmp_path, ["pwd"], cwd=str(tmp_path))
+        assert child.stdout is not None
+        assert f"{tmp_path}\n".encode() == child.stdout.read()
+        assert 0 == child.wait()
+
+    def test_sigpipe_is_not_left_ignored(self, tmp_path: Path) -> None:
+        """The interpreter ignores SIGPIPE; the child gets the default back."""
+        child, _ = self._spawn(tmp_path, ["cat", "/proc/self/status"])
+        assert child.stdout is not None
+        status = child.stdout.read().decode()
+        child.wait()
+        ignored = int(next(line.split()[1] for line in status.splitlines()
+                           if line.startswith("SigIgn:")), 16)
+        assert 0 == ignored & (1 << (13 - 1))  # SIGPIPE
+
+    def test_wait_child_on_a_spawned_child(self, tmp_path: Path) -> None:
+        child, _ = self._spawn(tmp_path, ["sh", "-c", "exit 6"])
+        assert 6 == procs.wait_child(child, 10.0)
