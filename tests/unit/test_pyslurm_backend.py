@@ -331,16 +331,36 @@ class TestChoice:
             assert "cli" == chosen.name and chosen.reason.endswith("must not be loaded")
         assert [None, None] == loads
 
-    def test_installed_release_from_metadata(self, monkeypatch: pytest.MonkeyPatch) -> None:
+    def test_installed_release_from_metadata(self, monkeypatch: pytest.MonkeyPatch,
+                                             tmp_path: Path) -> None:
+        """From the first pyslurm metadata directory on sys.path, as importlib.metadata
+        would say; none: None."""
+        first, second, other = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+        for d in (first, second, other):
+            d.mkdir()
+        (first / "pyslurm-25.11.2.dist-info").mkdir()
+        (second / "pyslurm-24.11.0.dist-info").mkdir()
+        (other / "pyslurmx-1.0.dist-info").mkdir()
+        (other / "click-8.1.dist-info").mkdir()
+        monkeypatch.setattr(sys, "path", [str(tmp_path / "missing"), str(other), str(first),
+                                          str(second)])
+        assert (25, 11) == choice.installed_release()
+        monkeypatch.setattr(sys, "path", [str(second), str(first)])
+        assert (24, 11) == choice.installed_release()
+        monkeypatch.setattr(sys, "path", [str(other)])
+        assert choice.installed_release() is None
+        (other / "pyslurm-23.02.1-py3.11.egg-info").mkdir()
+        assert (23, 2) == choice.installed_release()
+
+    def test_installed_release_matches_importlib_metadata(self) -> None:
+        """Where pyslurm is installed, the same answer as importlib.metadata's."""
         from importlib import metadata
 
-        def version(name: str) -> str:
-            if name != "pyslurm":
-                raise metadata.PackageNotFoundError(name)
-            return "25.11.2"
+        try:
+            version = metadata.version("pyslurm")
+        except metadata.PackageNotFoundError:
+            assert choice.installed_release() is None
+        else:
+            from scrun_py.slurm import pyslurm_api
 
-        monkeypatch.setattr(metadata, "version", version)
-        assert (25, 11) == choice.installed_release()
-        monkeypatch.setattr(metadata, "version", lambda name: (_ for _ in ()).throw(
-            metadata.PackageNotFoundError(name)))
-        assert choice.installed_release() is None
+            assert pyslurm_api.release_of(version) == choice.installed_release()
