@@ -90,7 +90,7 @@ class Invocation:
             lv = env_levels(env, debug=debug, verbosity=verbosity, log_level=log_level)
             levels = (lv["stderr"], lv["file"], lv["syslog"])
         return cls(root_dir=(os.path.abspath(root) if root is not None
-                             else str(default_root())),
+                             else default_root()),
                    log_name=log_name, log_format=log_format, debug=debug, verbosity=verbosity,
                    slurm_conf_name=(os.path.abspath(slurm_conf) if slurm_conf is not None
                                     else None),
@@ -156,23 +156,22 @@ def log_file(value: str | Path | None) -> Path | None:
     return None if name is None else _path(name)
 
 
-def default_root(environ: dict[str, str] | None = None, uid: int | None = None) -> Path:
-    """Where spool dirs live when --root is not given.
+def default_root(environ: dict[str, str] | None = None, uid: int | None = None) -> str:
+    """Where spool dirs live when --root is not given (podman passes none).
 
     Slurm's scrun documents `/run/user/<uid>/scrun/` but uses the bare runtime
     dir ($XDG_RUNTIME_DIR itself); we use the documented `scrun` sub-directory.
+    A string: every verb resolves it, and pathlib costs 3 ms of import time.
     """
-    from pathlib import Path
-
     env = os.environ if environ is None else environ
     uid = os.getuid() if uid is None else uid
     xdg = env.get("XDG_RUNTIME_DIR")
     if xdg:
-        return Path(xdg) / "scrun"
+        return os.path.join(xdg, "scrun")
     if uid == 0:
-        return Path("/run/scrun")
-    run_user = Path(f"/run/user/{uid}")
+        return "/run/scrun"
+    run_user = f"/run/user/{uid}"
     if os.access(run_user, os.W_OK):
-        return run_user / "scrun"
+        return os.path.join(run_user, "scrun")
     tmp = env.get("TMPDIR") or "/tmp"
-    return Path(tmp) / f"scrun-{uid}"
+    return os.path.join(tmp, f"scrun-{uid}")

@@ -67,7 +67,7 @@ def run(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | 
         raise
     job_id = None
     try:
-        job_id = store.load(inv.root, container_id).job_id
+        job_id = store.load(inv.root_dir, container_id).job_id
     except ScrunError:
         pass
     audit.record(settings, "create", container_id=container_id, engine=audit.detect_engine(),
@@ -94,19 +94,19 @@ def _create(inv: Invocation, container_id: str, bundle: str | None, pid_file: st
         console_socket = None  # runc ignores it when no terminal is requested
     runtime = RuntimeSettings(**_runtime_settings(inv))
     bundle_info = _bundle_info(inv, container_id, loaded, site_trust)
-    spool.ensure_root(inv.root)
-    cdir = spool.make_container_dir(inv.root, container_id)
+    spool.ensure_root(inv.root_dir)
+    cdir = spool.make_container_dir(inv.root_dir, container_id)
     if early is not None:
         read_fd, write_fd = -1, early.ready_fd
     else:
         read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
     spec = AnchorSpec(
-        container_id=container_id, root=str(inv.root),
+        container_id=container_id, root=inv.root_dir,
         orig_bundle=os.path.abspath(bundle) if bundle else "", pid_file=pid_path,
         console_socket=os.path.abspath(console_socket) if console_socket else "",
-        log_path=str(inv.log_path) if inv.log_path else "", log_format=inv.log_format,
+        log_path=inv.log_name or "", log_format=inv.log_format,
         debug=inv.debug, verbosity=inv.verbosity, log_level=inv.log_level,
-        slurm_conf=str(inv.slurm_conf_path()),
+        slurm_conf=inv.slurm_conf_file(),
         ready_fd=write_fd, created=rfc3339_now(), bundle_info=bundle_info.to_dict(),
         runtime=runtime._asdict(), audit_file=settings.file,
         audit_syslog=settings.syslog, engine=audit.detect_engine(),
@@ -172,7 +172,7 @@ def _runtime_settings(inv: Invocation) -> dict[str, Any]:
     plain (oci_conf_syntax), else through the full model, which words any problem."""
     from scrun_py.site.oci_conf_syntax import plain_settings, read_text
 
-    path = inv.slurm_conf_path().parent / "oci.conf"
+    path = os.path.join(os.path.dirname(inv.slurm_conf_file()), "oci.conf")
     text = read_text(path)
     plain = plain_settings(text)
     if plain is not None:

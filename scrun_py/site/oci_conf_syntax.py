@@ -11,7 +11,6 @@ caller then goes through `oci_conf.parse_oci_conf`, which accepts or words the p
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from scrun_py.base.errors import OciConfError
 from scrun_py.base.flags import level_word
@@ -19,6 +18,7 @@ from scrun_py.site.patterns import unknown_tokens
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import os
     from typing import Any
 
 TRUE_WORDS = ("yes", "true", "1")
@@ -36,10 +36,12 @@ _PLAIN_KEYS = frozenset((*RUNTIME_KEYS, *_LEVEL_KEYS, "SrunPath", "SrunArgs",
 PAIR = re.compile(r'\s*([A-Za-z0-9_.]+)\s*=\s*(?:"([^"]*)"|([^\s"]+))(?=\s|$)')
 
 
-def read_text(path: Path) -> str:
-    """oci.conf's text; a missing or unreadable file is an ``OciConfError``."""
+def read_text(path: str | os.PathLike[str]) -> str:
+    """oci.conf's text; a missing or unreadable file is an ``OciConfError``.  (A string
+    path: `create` reads it on its critical path, without pathlib.)"""
     try:
-        return path.read_text(encoding="utf-8")
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
     except FileNotFoundError:
         raise OciConfError(f"oci.conf: not found: {path}") from None
     except UnicodeDecodeError:

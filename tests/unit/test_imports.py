@@ -257,6 +257,51 @@ class TestAnchorStaysLean:
         assert "5 [[]]" == out
 
 
+class TestCreateStaysLean:
+    def test_create_hands_the_spec_over_without_heavy_modules(self, tmp_path: Path) -> None:
+        """`create` validates while the forked anchor imports; the later of the two
+        starts salloc, so create's own imports are on the critical path too: no
+        pathlib (with urllib.parse and ipaddress), pydantic, click, json, subprocess or
+        typing by the time it hands the anchor its spec (checked at that moment, with a
+        plain config.json and oci.conf and no --root, as podman calls it)."""
+        import subprocess
+        import sys
+
+        bundle = tmp_path / "bundle"
+        (bundle / "rootfs").mkdir(parents=True)
+        (bundle / "config.json").write_text(
+            '{"ociVersion": "1.0.2", "root": {"path": "rootfs"}, "process": {"args": ["true"],'
+            ' "env": ["PATH=/bin"], "terminal": false, "cwd": "/"}}')
+        conf = tmp_path / "etc"
+        conf.mkdir()
+        (conf / "slurm.conf").write_text("ClusterName=c1\n")
+        (conf / "oci.conf").write_text(
+            'RunTimeRun="crun run --bundle %b %n.%u.%j.%s.%t"\n'
+            'RunTimeKill="crun kill %n.%u.%j.%s.%t"\n'
+            'RunTimeDelete="crun delete --force %n.%u.%j.%s.%t"\n')
+        heavy = ("pathlib", "urllib", "ipaddress", "pydantic", "click", "json", "subprocess",
+                 "typing", "dataclasses")
+        code = (
+            "import sys\n"
+            "from scrun_py.anchor import launch\n"
+            "from scrun_py.cli import fast_path\n"
+            "seen = []\n"
+            "def send(self, spec):\n"
+            f"    seen.append([m for m in {heavy!r} if m in sys.modules])\n"
+            "    raise OSError(5, 'stopped by the test')\n"
+            "launch.EarlyAnchor.send = send\n"
+            f"argv = ['-f', {str(conf / 'slurm.conf')!r}, 'create', '--bundle',"
+            f" {str(bundle)!r}, 'c1']\n"
+            "rc = fast_path.run(argv, fast_path.parse(argv))\n"
+            "print(rc, seen)\n")
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+               "XDG_RUNTIME_DIR": str(tmp_path / "run")}
+        (tmp_path / "run").mkdir()
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             check=True, env=env, cwd=tmp_path).stdout.strip()
+        assert "1 [[]]" == out.splitlines()[-1]
+
+
 class TestNoClickVerbsStayLean:
     """`state` is polled and engines run `start` and `delete` once per container: the
     console script runs them without click, and imports for them no more than the

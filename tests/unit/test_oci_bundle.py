@@ -57,7 +57,7 @@ class TestValidBundle:
     def test_loads(self, bundle: Path) -> None:
         """A valid bundle gives its absolute path, rootfs and the typed fields."""
         loaded = load_bundle(bundle)
-        assert (bundle, bundle / "rootfs", bundle / "config.json") == (
+        assert (str(bundle), str(bundle / "rootfs"), str(bundle / "config.json")) == (
             loaded.path, loaded.rootfs, loaded.config_file)
         assert ["sh", "-c", "echo hi"] == loaded.config.process.args
         assert {"org.example/a": "1"} == loaded.config.annotations
@@ -66,7 +66,7 @@ class TestValidBundle:
     def test_relative_path(self, bundle: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         """A relative bundle path is made absolute (the caller's cwd is not the anchor's)."""
         monkeypatch.chdir(bundle.parent)
-        assert bundle == load_bundle("bundle").path
+        assert str(bundle) == load_bundle("bundle").path
 
     def test_unknown_fields_are_kept(self, bundle: Path) -> None:
         """Fields scrun-py does not type survive in the raw config (policy rewrites it)."""
@@ -113,12 +113,12 @@ class TestValidBundle:
         elsewhere = tmp_path / "elsewhere"
         elsewhere.mkdir()
         _write(bundle, _config(root={"path": str(elsewhere)}))
-        assert elsewhere == load_bundle(bundle).rootfs
+        assert str(elsewhere) == load_bundle(bundle).rootfs
 
     def test_rootfs_is_normalized(self, bundle: Path) -> None:
         """`./rootfs/` resolves to the same rootfs path."""
         _write(bundle, _config(root={"path": "./rootfs/"}))
-        assert bundle / "rootfs" == load_bundle(bundle).rootfs
+        assert str(bundle / "rootfs") == load_bundle(bundle).rootfs
 
 
 class TestImportedEnv:
