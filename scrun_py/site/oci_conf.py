@@ -18,10 +18,9 @@ from scrun_py.base.errors import OciConfError
 from scrun_py.base.flags import LADDER, level_word
 from scrun_py.site.oci_conf_syntax import CREATE_SET as _CREATE_SET
 from scrun_py.site.oci_conf_syntax import FALSE_WORDS as _FALSE_WORDS
-from scrun_py.site.oci_conf_syntax import PAIR as _PAIR
 from scrun_py.site.oci_conf_syntax import RUN_SET as _RUN_SET
 from scrun_py.site.oci_conf_syntax import TRUE_WORDS as _TRUE_WORDS
-from scrun_py.site.oci_conf_syntax import read_text
+from scrun_py.site.oci_conf_syntax import match_pair, read_text
 from scrun_py.site.patterns import tokens_in, unknown_tokens
 
 Mode = Literal["run", "create-start", "ignore-config-json"]
@@ -223,11 +222,10 @@ def parse_oci_conf(text: str, source: str = "oci.conf") -> OciConf:
                                "continuations are not supported")
         pos, written = 0, ""
         while line[pos:].strip():
-            match = _PAIR.match(line, pos)
-            if match is None:
+            found = match_pair(line, pos)
+            if found is None:
                 raise OciConfError(f"{source}:{lineno}: {_syntax_problem(line[pos:], written)}")
-            written, value = match[1], match[2] if match[2] is not None else match[3]
-            pos = match.end()
+            written, value, pos = found
             key = canonical.get(written.lower())
             if key is None:
                 raise OciConfError(f"{source}:{lineno}: {written}: unknown key")

@@ -261,8 +261,8 @@ class TestCreateStaysLean:
     def test_create_hands_the_spec_over_without_heavy_modules(self, tmp_path: Path) -> None:
         """`create` validates while the forked anchor imports; the later of the two
         starts salloc, so create's own imports are on the critical path too: no
-        pathlib (with urllib.parse and ipaddress), pydantic, click, json, subprocess or
-        typing by the time it hands the anchor its spec (checked at that moment, with a
+        pathlib (with urllib.parse and ipaddress), pydantic, click, json, subprocess,
+        typing or re by the time it hands the anchor its spec (checked at that moment, with a
         plain config.json and oci.conf and no --root, as podman calls it)."""
         import subprocess
         import sys
@@ -280,7 +280,7 @@ class TestCreateStaysLean:
             'RunTimeKill="crun kill %n.%u.%j.%s.%t"\n'
             'RunTimeDelete="crun delete --force %n.%u.%j.%s.%t"\n')
         heavy = ("pathlib", "urllib", "ipaddress", "pydantic", "click", "json", "subprocess",
-                 "typing", "dataclasses")
+                 "typing", "dataclasses", "re")
         code = (
             "import sys\n"
             "from scrun_py.anchor import launch\n"

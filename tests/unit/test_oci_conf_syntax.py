@@ -48,3 +48,41 @@ def test_plain_files_read_as_the_model_reads_them(text: str) -> None:
 def test_anything_else_goes_to_the_model(text: str) -> None:
     """Other keys, bad values, syntax problems: None (the model accepts or words them)."""
     assert None is plain_settings(text)
+
+
+# Slurm's Key=Value pair as a regular expression: the oracle match_pair is held to
+_PAIR = r'\s*([A-Za-z0-9_.]+)\s*=\s*(?:"([^"]*)"|([^\s"]+))(?=\s|$)'
+_PIECES = ["", " ", "\t", "Key", "k.y_1", "=", " = ", '"', '"a b"', "v", "v2", "é", "\u00a0",
+           "#", "-", "''", '""', "a=b", "%n.%u"]
+
+
+def _regex_pair(line: str, pos: int) -> tuple[str, str, int] | None:
+    import re
+
+    m = re.compile(_PAIR).match(line, pos)
+    if m is None:
+        return None
+    return m[1], m[2] if m[2] is not None else m[3], m.end()
+
+
+def _lines() -> list[str]:
+    import itertools
+
+    out = []
+    for n in (1, 2, 3, 4):
+        for combo in itertools.product(_PIECES, repeat=n):
+            out.append("".join(combo))
+    return out
+
+
+def test_match_pair_reads_as_the_regular_expression() -> None:
+    """By hand, the same pairs as the expression: every line of up to four pieces, at
+    every position."""
+    from scrun_py.site.oci_conf_syntax import match_pair
+
+    checked = 0
+    for line in _lines():
+        for pos in range(len(line) + 1):
+            assert _regex_pair(line, pos) == match_pair(line, pos), (line, pos)
+            checked += 1
+    assert checked > 100_000
