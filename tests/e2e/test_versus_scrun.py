@@ -1035,6 +1035,7 @@ def engines(slurm_scrun: Path) -> Iterator[Engines]:
     }}))
     host = f"unix://{ddir / 'docker.sock'}"
     env = {"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "DOCKER_HOST": host}
+    _clear_pidfile(ddir / "docker.pid", ddir)
     with open(ddir / "dockerd.log", "wb") as log:
         dockerd = subprocess.Popen(
             ["dockerd", "--config-file", str(ddir / "daemon.json"), "--host", host,
@@ -1062,6 +1063,27 @@ def engines(slurm_scrun: Path) -> Iterator[Engines]:
             dockerd.kill()
             dockerd.wait()
         subprocess.run(["rm", "-rf", str(conf)], check=False)
+
+
+def _clear_pidfile(pidfile: Path, ddir: Path) -> None:
+    """A pid file a killed dockerd of an earlier run left: dockerd refuses to start while
+    it names a live process, and by now the pid may be anyone's.  Our own daemon, still
+    running, is stopped; any other pid in it is not ours to touch, and the file goes."""
+    try:
+        pid = int(pidfile.read_text().strip())
+    except (OSError, ValueError):
+        pidfile.unlink(missing_ok=True)
+        return
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        cmdline = []
+    if cmdline and cmdline[0].endswith(b"dockerd") and str(ddir).encode() in b" ".join(cmdline):
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 60
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+    pidfile.unlink(missing_ok=True)
 
 
 @dataclass
