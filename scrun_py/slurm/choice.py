@@ -51,13 +51,23 @@ def mode_of(environ: Mapping[str, str]) -> str:
 
 
 def pyslurm_installed() -> bool:
-    """Whether pyslurm can be found, without importing it."""
-    import importlib.util
+    """Whether pyslurm can be found, without importing it: asked of the import system's
+    finders, as importlib.util.find_spec does for a top-level name (without importing
+    importlib.util: every anchor asks, before salloc runs)."""
+    import sys
 
-    try:
-        return importlib.util.find_spec("pyslurm") is not None
-    except (ImportError, ValueError):
-        return False
+    if "pyslurm" in sys.modules:
+        return True
+    for finder in sys.meta_path:
+        find_spec = getattr(finder, "find_spec", None)
+        if find_spec is None:
+            continue
+        try:
+            if find_spec("pyslurm", None) is not None:
+                return True
+        except (ImportError, ValueError):
+            return False
+    return False
 
 
 def installed_release() -> tuple[int, int] | None:

@@ -352,6 +352,21 @@ class TestChoice:
         (other / "pyslurm-23.02.1-py3.11.egg-info").mkdir()
         assert (23, 2) == choice.installed_release()
 
+    def test_installed_as_importlib_util_finds_it(self, monkeypatch: pytest.MonkeyPatch,
+                                                  tmp_path: Path) -> None:
+        import importlib.util
+
+        assert (importlib.util.find_spec("pyslurm") is not None) == choice.pyslurm_installed()
+        monkeypatch.delitem(sys.modules, "pyslurm", raising=False)
+        monkeypatch.setattr(sys, "path", [str(tmp_path)])
+        sys.path_importer_cache.pop(str(tmp_path), None)
+        assert not choice.pyslurm_installed()
+        (tmp_path / "pyslurm").mkdir()
+        (tmp_path / "pyslurm" / "__init__.py").write_text("")
+        sys.path_importer_cache.pop(str(tmp_path), None)
+        assert choice.pyslurm_installed()
+        assert importlib.util.find_spec("pyslurm") is not None
+
     def test_installed_release_matches_importlib_metadata(self) -> None:
         """Where pyslurm is installed, the same answer as importlib.metadata's."""
         from importlib import metadata
