@@ -159,10 +159,10 @@ def _bundle_info(inv: Invocation, container_id: str, loaded: Bundle,
         inv.note("warning", trust.refused_warning(name), id=container_id, variable=name)
     process = loaded.config.process
     return BundleInfo(
-        path=str(loaded.path), rootfs=str(loaded.rootfs), imported_env=imported,
+        path=loaded.path, rootfs=loaded.rootfs, imported_env=imported,
         config=ConfigInfo(ociVersion=loaded.config.ociVersion,
                           process=ProcessInfo(args=program_in_rootfs(
-                              list(process.args), process.env, str(loaded.rootfs)),
+                              list(process.args), process.env, loaded.rootfs),
                                               terminal=loaded.config.process.terminal),
                           annotations=dict(loaded.config.annotations)))
 
@@ -197,8 +197,8 @@ def _apply_policy(inv: Invocation, container_id: str, loaded: Bundle,
     from scrun_py.oci.bundle import write_config
     from scrun_py.site import policy
 
-    outcome = policy.enforce(site_policy, loaded.raw, bundle=str(loaded.path),
-                             rootfs=str(loaded.rootfs), subject=policy_subject())
+    outcome = policy.enforce(site_policy, loaded.raw, bundle=loaded.path,
+                             rootfs=loaded.rootfs, subject=policy_subject())
     if outcome.changes:
         write_config(loaded, outcome.config)
         if inv.log_path:
