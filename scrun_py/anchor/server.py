@@ -11,7 +11,6 @@ from __future__ import annotations
 import _socket
 import contextlib
 import os
-import sys
 import threading
 import time
 
@@ -19,19 +18,13 @@ from scrun_py.anchor.lifecycle import Lifecycle
 from scrun_py.base.errors import PermissionDenied, ProtocolError, ScrunError
 from scrun_py.base.logs import Logger
 from scrun_py.container import protocol
-from scrun_py.container.handle import NOT_OWNER
+from scrun_py.container.handle import NOT_OWNER, peer_uid
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
 REQUEST_TIMEOUT_S = 30.0  # for the request line to arrive
-
-
-def peer_uid(sock: _socket.socket) -> int:
-    """The uid of the process at the other end (struct ucred: pid, uid, gid as C ints)."""
-    creds = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
-    return int.from_bytes(creds[4:8], sys.byteorder, signed=True)
 
 
 class ControlServer:

@@ -8,26 +8,17 @@ ends the step and the job); one whose anchor died is cleaned up here.
 
 from __future__ import annotations
 
-import os
 import time
 
 from scrun_py.base.errors import (
     AnchorUnreachable,
     ContainerNotFound,
     ContainerStillRunning,
-    PermissionDenied,
     ScrunError,
 )
-from scrun_py.base.layout import RUNNING, SOCKET_NAME, STOPPED
+from scrun_py.base.layout import RUNNING, STOPPED
 from scrun_py.commands import audit
-from scrun_py.container.handle import (
-    NOT_OWNER,
-    Container,
-    ContainerRecord,
-    check_private,
-    remove_pid_file,
-    remove_tree,
-)
+from scrun_py.container.handle import Container, ContainerRecord, remove_pid_file
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -37,18 +28,24 @@ ANCHOR_EXIT_WAIT_S = 15.0
 
 
 def run(inv: Invocation, container_id: str, force: bool) -> None:
-    container = Container(inv.root_dir, container_id)
+    with Container(inv.root_dir, container_id) as container:
+        _delete(inv, container, force)
+
+
+def _delete(inv: Invocation, container: Container, force: bool) -> None:
+    """delete acts (scancel of the record's job, removal of its pid file and of the
+    directory) only on what the handle has checked: a root and a container directory
+    of the caller's that nobody else can write, a record that is a regular file of the
+    caller's; a symlink is never followed."""
     try:
         record = container.record()
     except ContainerNotFound:
-        half_created = not os.path.exists(os.path.join(container.dir, SOCKET_NAME))
-        if os.path.isdir(container.dir) and half_created:
-            remove_tree(container.dir)
+        if container.exists() and not container.has_socket():
+            container.remove()
             return
         if force:
             return
         raise
-    _check_owner(container)
     status = container.status(record)
     if status != STOPPED:
         # The anchor decides from its own phase (state.json may lag behind it): without
@@ -60,13 +57,13 @@ def run(inv: Invocation, container_id: str, force: bool) -> None:
             pass
         _wait_anchor_exit(record)
         if not force and status == RUNNING and container.anchor_alive(record):
-            raise ContainerStillRunning(container_id)  # alive, yet it does not answer
+            raise ContainerStillRunning(container.id)  # alive, yet it does not answer
     else:
         _clean_after_dead_anchor(record)
     if record.pid_file and record.anchor_pid:
         remove_pid_file(record.pid_file, record.anchor_pid)
-    remove_tree(container.dir)
-    audit(inv, "delete", container_id=container_id, job_id=record.job_id or None,
+    container.remove()
+    audit(inv, "delete", container_id=container.id, job_id=record.job_id or None,
           bundle=record.bundle, force=force)
 
 
@@ -80,23 +77,6 @@ def run_matching(inv: Invocation, pattern: str, force: bool) -> None:
             run(inv, container_id, force)
         except ScrunError as exc:
             inv.note("warning", f"delete {container_id}: {exc}", container_id=container_id)
-
-
-def _check_owner(container: Container) -> None:
-    """delete acts on what state.json records (scancel of its job, removal of its pid
-    file): only on a record in a directory of the caller's that nobody else can write."""
-    for path, what in ((container.dir, "container directory"),
-                       (container.state_file, "container state file")):
-        try:
-            owner = os.stat(path).st_uid
-        except OSError:
-            owner = -1
-        if owner != os.geteuid():  # the anchor's words for another user's container
-            raise PermissionDenied(NOT_OWNER)
-        try:
-            check_private(path, what)
-        except ScrunError as exc:
-            raise PermissionDenied(f"permission denied: {exc}") from None
 
 
 def _wait_anchor_exit(record: ContainerRecord) -> None:

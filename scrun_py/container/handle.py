@@ -147,22 +147,98 @@ def site_file_may_apply(slurm_conf: str) -> bool:
                for conf in (slurm_conf, layout.DEFAULT_SLURM_CONF))
 
 
-def check_private(path: str, what: str) -> None:
-    """`path` (symlinks followed) must belong to the caller (its effective
-    uid) and be writable by nobody else; ScrunError naming the owner or the mode."""
-    from scrun_py.base.errors import ScrunError
+#: the largest state.json a verb reads: a record carries config.json's annotations, and
+#: create reads at most oci/bundle.py's cap of config.json; anything larger is not ours
+MAX_RECORD_BYTES = 32 << 20
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
-    try:
-        st = os.stat(path)
-    except OSError as exc:
-        raise ScrunError(f"{what} {path}: {exc.strerror}") from exc
+
+def _error(cls_name: str, msg: str) -> Exception:
+    """The errors module's `cls_name` (imported only on the way to an error)."""
+    from scrun_py.base import errors
+
+    cls: type[Exception] = getattr(errors, cls_name)
+    return cls(msg) if msg else cls()
+
+
+def check_stat(st: os.stat_result, path: str, what: str) -> None:
+    """`st` (of `path`, not followed) must be the caller's (effective uid) and writable by
+    nobody else; ScrunError naming the owner or the mode, and what to do."""
     euid = os.geteuid()
     if st.st_uid != euid:
-        raise ScrunError(f"{what} {path} belongs to uid {st.st_uid}, not to uid {euid}: "
-                         "refusing it (another user may have created it)")
+        raise _error("ScrunError", f"{what} {path} belongs to uid {st.st_uid}, not to uid "
+                     f"{euid}: refusing it (another user may have created it; remove it or "
+                     "choose another --root)")
     if st.st_mode & 0o022:
-        raise ScrunError(f"{what} {path} is writable by other users "
-                         f"(mode {st.st_mode & 0o7777:04o}): refusing it")
+        raise _error("ScrunError", f"{what} {path} is writable by other users (mode "
+                     f"{st.st_mode & 0o7777:04o}): refusing it (chmod go-w it)")
+
+
+def check_private(path: str, what: str) -> None:
+    """`path` itself (a symlink is not followed, and refused) must belong to the caller
+    and be writable by nobody else; ScrunError naming the owner or the mode."""
+    import stat
+
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        raise _error("ScrunError", f"{what} {path}: {exc.strerror}") from exc
+    if stat.S_ISLNK(st.st_mode):
+        raise _error("ScrunError", f"{what} {path} is a symbolic link: refusing it "
+                     "(remove it or choose another --root)")
+    check_stat(st, path, what)
+
+
+def open_root(root: str, *, create: bool = False) -> int | None:
+    """The --root directory `root`, opened without following a symlink (O_NOFOLLOW) and
+    checked with fstat: the caller's, not writable by group or others.  Every verb goes
+    into the root through this descriptor.  In a shared place (the /tmp fallback of
+    invocation.default_root) another user may have made the root, or a symlink in its
+    place, first.  None when it does not exist, unless `create` (then made 0700)."""
+    if create:
+        try:
+            os.makedirs(root, mode=0o700, exist_ok=True)
+        except OSError as exc:
+            raise _error("ScrunError",
+                         f"cannot create root directory {root}: {exc.strerror}") from exc
+    try:
+        fd = os.open(root, _DIR_FLAGS)
+    except FileNotFoundError:
+        if create:
+            raise _error("ScrunError", f"root directory {root} vanished") from None
+        return None
+    except OSError as exc:
+        what = _not_a_directory(root, None, exc)
+        if what == "a symbolic link":
+            raise _error("ScrunError", f"root directory {root} is a symbolic link: refusing "
+                         "it (remove it or choose another --root)") from None
+        if what == "not a directory":
+            raise _error("ScrunError", f"root {root} is not a directory") from None
+        raise _error("ScrunError", f"root directory {root}: {what}") from None
+    try:
+        check_stat(os.fstat(fd), root, "root directory")
+        if create and not os.access(f"/proc/self/fd/{fd}", os.W_OK | os.X_OK):
+            raise _error("ScrunError", f"root directory {root} is not writable")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _not_a_directory(name: str, dir_fd: int | None, exc: OSError) -> str:
+    """Why `name` could not be opened as a directory without following a symlink:
+    'a symbolic link' (Linux says ENOTDIR or ELOOP for one under O_DIRECTORY|O_NOFOLLOW),
+    'not a directory', or the error's words."""
+    import errno
+    import stat
+
+    if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
+        return exc.strerror or str(exc)
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return "not a directory"
+    return "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a directory"
 
 
 def remove_pid_file(path: str, pid: int) -> None:
@@ -175,61 +251,212 @@ def remove_pid_file(path: str, pid: int) -> None:
         pass
 
 
-def remove_tree(path: str) -> None:
-    """Remove a container dir and what we put in it; tolerate it being gone.  A stopped
-    container's directory holds plain files: shutil only for anything else."""
+def remove_at(parent_fd: int, name: str) -> None:
+    """Remove the directory `name` of the directory `parent_fd` and what is in it, never
+    following a symlink: a symlink in its place is removed itself, not what it points
+    to; tolerate it being gone.  A container's directory holds plain files: shutil
+    (whose rmtree with dir_fd does not follow symlinks either) only for anything else."""
     try:
-        names = os.listdir(path)
-    except OSError:
+        fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+    except FileNotFoundError:
         return
-    for name in names:
+    except OSError:  # a symlink or a file: unlink removes the name, not its target
         try:
-            os.unlink(os.path.join(path, name))
-        except IsADirectoryError:
-            import shutil
-
-            shutil.rmtree(path, ignore_errors=True)
-            return
+            os.unlink(name, dir_fd=parent_fd)
         except OSError:
             pass
+        return
     try:
-        os.rmdir(path)
-    except OSError:
-        import shutil
+        for _ in range(3):  # the anchor may still add a file while it exits
+            with os.scandir(fd) as entries:
+                for entry in entries:
+                    try:
+                        os.unlink(entry.name, dir_fd=fd)
+                    except IsADirectoryError:
+                        import shutil
 
-        shutil.rmtree(path, ignore_errors=True)
+                        shutil.rmtree(entry.name, ignore_errors=True, dir_fd=fd)
+                    except OSError:
+                        pass
+            try:
+                os.rmdir(name, dir_fd=parent_fd)
+                return
+            except OSError:
+                continue
+    finally:
+        os.close(fd)
+
+
+def remove_tree(path: str) -> None:
+    """Remove a container dir by path (the anchor's and create's own): its parent is
+    followed as given, the directory itself never through a symlink (remove_at)."""
+    head, name = os.path.split(os.path.normpath(path))
+    try:
+        parent = os.open(head or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        remove_at(parent, name)
+    finally:
+        os.close(parent)
+
+
+def peer_uid(sock: Any) -> int:
+    """The uid of the process at the other end of a connected unix socket (SO_PEERCRED's
+    struct ucred: pid, uid, gid as C ints), as this process's user namespace sees it."""
+    import _socket
+    import sys
+
+    creds = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
+    return int.from_bytes(creds[4:8], sys.byteorder, signed=True)
 
 
 class Container:
-    """The container `container_id` under the --root directory `root` (absolute)."""
+    """The container `container_id` under the --root directory `root` (absolute).
+
+    Nothing is taken from the root on trust: the root and the container's directory are
+    opened without following a symlink and must be the caller's and private (open_root,
+    dir_fd), state.json is read through that descriptor with O_NOFOLLOW and must be a
+    regular file of the caller's, and the control socket's peer must be the caller's uid
+    (connect).  Another local user can make the default root in /tmp first, or plant a
+    record and a socket of their own: every verb then refuses with one line."""
 
     def __init__(self, root: str, container_id: str) -> None:
+        self._fd = -1  # the container's directory, once dir_fd has opened and checked it
         self.id = validate_id(container_id)
+        self.root = root
         self.dir = os.path.join(root, container_id)
         self.state_file = os.path.join(self.dir, STATE_FILE)
 
-    def record(self) -> ContainerRecord:
-        """The record; ContainerNotFound, or ScrunError for one that cannot be read.
-        (The errors module is imported only on the way to an error: `state` of a good
-        record does without it.)"""
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> Container:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+    def dir_fd(self) -> int:
+        """The container's directory, opened through the checked root without following
+        a symlink, and checked itself; ContainerNotFound when either is missing,
+        PermissionDenied for another user's, ScrunError for a symlink or a file."""
+        if self._fd >= 0:
+            return self._fd
+        root_fd = open_root(self.root)
+        if root_fd is None:
+            raise _error("ContainerNotFound", "")
         try:
-            with open(self.state_file, "rb") as fh:
-                data = fh.read()
-        except (FileNotFoundError, NotADirectoryError) as exc:
-            from scrun_py.base.errors import ContainerNotFound
+            try:
+                fd = os.open(self.id, _DIR_FLAGS, dir_fd=root_fd)
+            except FileNotFoundError:
+                raise _error("ContainerNotFound", "") from None
+            except OSError as exc:
+                what = _not_a_directory(self.id, root_fd, exc)
+                raise _error("ScrunError",
+                             f"container directory {self.dir} is {what}: refusing it") from None
+        finally:
+            os.close(root_fd)
+        try:
+            st = os.fstat(fd)
+            if st.st_uid != os.geteuid():
+                raise _error("PermissionDenied", NOT_OWNER)
+            if st.st_mode & 0o022:
+                raise _error("PermissionDenied",
+                             f"permission denied: container directory {self.dir} is writable "
+                             f"by other users (mode {st.st_mode & 0o7777:04o})")
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        return fd
 
-            raise ContainerNotFound() from exc
-        except PermissionError as exc:
-            from scrun_py.base.errors import ScrunError
+    def exists(self) -> bool:
+        """Whether the container's directory is there (and the caller's: dir_fd)."""
+        from scrun_py.base.errors import ContainerNotFound
 
-            raise ScrunError(
-                f"permission denied reading container state: {self.state_file}") from exc
+        try:
+            self.dir_fd()
+        except ContainerNotFound:
+            return False
+        return True
+
+    def has_socket(self) -> bool:
+        """Whether the anchor's socket is in the container's directory."""
+        try:
+            os.stat(SOCKET_NAME, dir_fd=self.dir_fd(), follow_symlinks=False)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def remove(self) -> None:
+        """Remove the container's directory through the checked root, never following a
+        symlink (remove_at)."""
+        self.close()
+        root_fd = open_root(self.root)
+        if root_fd is None:
+            return
+        try:
+            remove_at(root_fd, self.id)
+        finally:
+            os.close(root_fd)
+
+    def record(self) -> ContainerRecord:
+        """The record; ContainerNotFound, or ScrunError for one that cannot be read or is
+        not the caller's.  (The errors module is imported only on the way to an error:
+        `state` of a good record does without it.)"""
+        try:
+            fd = os.open(STATE_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                         dir_fd=self.dir_fd())
+        except FileNotFoundError:
+            raise _error("ContainerNotFound", "") from None
+        except PermissionError:
+            raise _error("ScrunError", "permission denied reading container state: "
+                         f"{self.state_file}") from None
+        except OSError as exc:
+            raise _error("ScrunError", f"container state file {self.state_file}: "
+                         f"{exc.strerror}: refusing it") from None
+        try:
+            data = self._read_record(fd)
+        finally:
+            os.close(fd)
         try:
             return ContainerRecord.from_json(data)
         except (ValueError, TypeError, RecursionError) as exc:
-            from scrun_py.base.errors import ScrunError
+            raise _error("ScrunError",
+                         f"corrupt container state file: {self.state_file}") from exc
 
-            raise ScrunError(f"corrupt container state file: {self.state_file}") from exc
+    def _read_record(self, fd: int) -> bytes:
+        import stat
+
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _error("ScrunError", f"container state file {self.state_file} is not a "
+                         "regular file: refusing it")
+        if st.st_uid != os.geteuid():
+            raise _error("PermissionDenied", NOT_OWNER)
+        if st.st_mode & 0o022:
+            raise _error("PermissionDenied", f"permission denied: container state file "
+                         f"{self.state_file} is writable by other users "
+                         f"(mode {st.st_mode & 0o7777:04o})")
+        if st.st_size > MAX_RECORD_BYTES:
+            raise _error("ScrunError", f"container state file {self.state_file} is "
+                         f"{st.st_size} bytes, more than the {MAX_RECORD_BYTES} "
+                         "scrun-py reads: refusing it")
+        chunks = []
+        left = MAX_RECORD_BYTES + 1
+        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+            chunks.append(chunk)
+            left -= len(chunk)
+        if left <= 0:
+            raise _error("ScrunError", f"container state file {self.state_file} is more "
+                         f"than the {MAX_RECORD_BYTES} bytes scrun-py reads: refusing it")
+        return b"".join(chunks)
 
     @staticmethod
     def anchor_alive(record: ContainerRecord) -> bool:
@@ -279,28 +506,41 @@ class Container:
 
     def connect(self) -> Any:
         """The connected control socket, through /proc/self/fd/<dirfd>/ so that a
-        --root of any length fits in sun_path."""
+        --root of any length fits in sun_path.  The socket must be a socket of the
+        caller's in the checked directory, and the process that listens on it must run
+        as the caller (SO_PEERCRED): otherwise PermissionDenied, and nothing is sent."""
         # the C module: socket.py's wrapper imports selectors and enum (5 ms of a `start`
         # of 20); a request needs none of its additions
         import _socket
         import errno
+        import stat
 
         from scrun_py.base.errors import AnchorUnreachable, PermissionDenied
 
+        fd = self.dir_fd()
         try:
-            fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            st = os.stat(SOCKET_NAME, dir_fd=fd, follow_symlinks=False)
+        except OSError as exc:
+            raise AnchorUnreachable("container anchor is not running") from exc
+        if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.geteuid():
+            raise PermissionDenied(NOT_OWNER)
+        try:
+            sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
+            sock.settimeout(CONNECT_TIMEOUT_S)
             try:
-                sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
-                sock.settimeout(CONNECT_TIMEOUT_S)
-                try:
-                    sock.connect(f"/proc/self/fd/{fd}/{SOCKET_NAME}")
-                except OSError:
-                    sock.close()
-                    raise
-            finally:
-                os.close(fd)
+                sock.connect(f"/proc/self/fd/{fd}/{SOCKET_NAME}")
+            except OSError:
+                sock.close()
+                raise
         except OSError as exc:
             if exc.errno in (errno.EACCES, errno.EPERM):
                 raise PermissionDenied(NOT_OWNER) from exc
             raise AnchorUnreachable("container anchor is not running") from exc
+        try:
+            peer = peer_uid(sock)
+        except OSError:
+            peer = -1
+        if peer != os.geteuid():
+            sock.close()
+            raise PermissionDenied(NOT_OWNER)
         return sock

@@ -28,19 +28,24 @@ __all__ = ["SOCKET_NAME", "STATE_FILE", "check_private", "validate_id"]
 
 def matching_ids(root: PathArg, pattern: str) -> list[str]:
     """Ids of the containers under `root` that the regular expression `pattern` matches
-    anywhere (crun's `--regex`, which uses POSIX regexec), sorted."""
+    anywhere (crun's `--regex`, which uses POSIX regexec), sorted.  The root is opened
+    as every verb opens it (handle.open_root); only directories count, never a symlink."""
     import re
 
     try:
         regex = re.compile(pattern)
     except re.error as exc:
         raise ScrunError(f"invalid regular expression {pattern!r}: {exc.msg}") from None
-    try:
-        names = [e.name for e in os.scandir(root) if e.is_dir(follow_symlinks=False)]
-    except FileNotFoundError:
+    fd = handle.open_root(os.fspath(root))
+    if fd is None:
         return []
+    try:
+        with os.scandir(fd) as entries:
+            names = [e.name for e in entries if e.is_dir(follow_symlinks=False)]
     except OSError as exc:
         raise ScrunError(f"cannot list {root}: {exc.strerror}") from None
+    finally:
+        os.close(fd)
     return sorted(n for n in names if _is_id(n) and regex.search(n))
 
 
@@ -57,20 +62,12 @@ def container_dir(root: PathArg, container_id: str) -> str:
 
 
 def ensure_root(root: PathArg) -> None:
-    """Create --root (0700) if needed; it must be a writable directory of the caller's
-    that no other user can write (runc checks XDG_RUNTIME_DIR the same way): in a shared
-    place (the /tmp fallback of invocation.default_root) another user may have made it
-    first, to rename or plant the caller's container directories."""
-    root = os.fspath(root)
-    try:
-        os.makedirs(root, mode=0o700, exist_ok=True)
-    except OSError as exc:
-        raise ScrunError(f"cannot create root directory {root}: {exc.strerror}") from exc
-    if not os.path.isdir(root):
-        raise ScrunError(f"root {root} is not a directory")
-    check_private(root, "root directory")
-    if not os.access(root, os.W_OK | os.X_OK):
-        raise ScrunError(f"root directory {root} is not writable")
+    """Create --root (0700) if needed; it must be a writable directory of the caller's,
+    not a symlink, that no other user can write (handle.open_root; runc checks
+    XDG_RUNTIME_DIR the same way)."""
+    fd = handle.open_root(os.fspath(root), create=True)
+    if fd is not None:
+        os.close(fd)
 
 
 def check_private(path: PathArg, what: str) -> None:
@@ -78,16 +75,22 @@ def check_private(path: PathArg, what: str) -> None:
 
 
 def make_container_dir(root: PathArg, container_id: str) -> str:
-    """Create the container's spool dir atomically; an existing one means a duplicate id."""
+    """Create the container's spool dir (0700) atomically in the checked root; an
+    existing one means a duplicate id."""
     from scrun_py.base.errors import ContainerExists
 
     path = container_dir(root, container_id)
+    fd = handle.open_root(os.fspath(root))
+    if fd is None:
+        raise ScrunError(f"cannot create {path}: root directory {root} does not exist")
     try:
-        os.mkdir(path, mode=0o700)
+        os.mkdir(container_id, mode=0o700, dir_fd=fd)
     except FileExistsError as exc:
         raise ContainerExists() from exc
     except OSError as exc:
         raise ScrunError(f"cannot create {path}: {exc.strerror}") from exc
+    finally:
+        os.close(fd)
     return path
 
 

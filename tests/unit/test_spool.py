@@ -16,7 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from scrun_py.base.errors import AnchorUnreachable, ContainerExists, InvalidContainerId, ScrunError
+from scrun_py.base.errors import (
+    AnchorUnreachable,
+    ContainerExists,
+    ContainerNotFound,
+    InvalidContainerId,
+    ScrunError,
+)
 from scrun_py.container import spool
 from scrun_py.container.handle import Container
 
@@ -121,7 +127,8 @@ class TestEnsureRoot:
         root.mkdir()
         root.chmod(mode)
         with pytest.raises(ScrunError, match=rf"^root directory {root} is writable by other "
-                                             rf"users \(mode {mode:04o}\): refusing it$"):
+                                             rf"users \(mode {mode:04o}\): refusing it "
+                                             r"\(chmod go-w it\)$"):
             spool.ensure_root(root)
         root.chmod(0o755)
         spool.ensure_root(root)
@@ -295,8 +302,11 @@ class TestSockets:
         before = len(os.listdir("/proc/self/fd"))
         for _ in range(5):
             _connect(cdir).close()
-        with pytest.raises(AnchorUnreachable):
+        with pytest.raises(ContainerNotFound):
             _connect(cdir.parent / "absent")
+        (cdir.parent / "quiet").mkdir(mode=0o700)  # no socket in it
+        with pytest.raises(AnchorUnreachable):
+            _connect(cdir.parent / "quiet")
         assert before == len(os.listdir("/proc/self/fd"))
 
 

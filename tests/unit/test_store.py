@@ -98,9 +98,9 @@ class TestMissing:
             store.load(tmp_path / "absent", "c1")
 
     def test_root_is_a_file(self, tmp_path: Path) -> None:
-        """A --root that is a regular file holds no containers."""
+        """A --root that is a regular file is refused, naming it."""
         (tmp_path / "file").write_text("")
-        with pytest.raises(ContainerNotFound):
+        with pytest.raises(ScrunError, match=rf"^root {tmp_path / 'file'} is not a directory$"):
             store.load(tmp_path / "file", "c1")
 
     def test_invalid_id(self, tmp_root: Path) -> None:

@@ -364,13 +364,17 @@ class TestUnexpectedFailures:
                                       ["delete", "--force", "c1"], ["kill", "c1"]])
     def test_state_json_is_a_directory(self, both: Callable[..., tuple[Outcome, object]],
                                        argv: list[str]) -> None:
-        def setup(root: Path) -> None:
+        def setup(root: Path) -> Path:
             (root / "c1" / spool.STATE_FILE).mkdir(parents=True)
+            return root
 
-        got, _ = both(argv, setup)
+        got, root = both(argv, setup)
         code, out, err, records, _ = got.fields
         assert (1, "") == (code, out)
-        assert err.startswith("scrun-py: internal error: IsADirectoryError(")
+        assert err.startswith("scrun-py: container state file ")
+        assert err.rstrip().endswith("is not a regular file: refusing it")
+        assert isinstance(root, Path)
+        assert (root / "c1" / spool.STATE_FILE).is_dir()  # nothing removed
         assert 1 == len(err.splitlines())
         assert [("error", err.strip().removeprefix("scrun-py: "))] == [
             (r["level"], r["msg"]) for r in records]
