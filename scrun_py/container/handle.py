@@ -214,6 +214,10 @@ def open_root(root: str, *, create: bool = False) -> int | None:
                          "it (remove it or choose another --root)") from None
         if what == "not a directory":
             raise _error("ScrunError", f"root {root} is not a directory") from None
+        if isinstance(exc, PermissionError):  # another user's 0700 root
+            raise _error("PermissionDenied", f"permission denied: root directory {root} "
+                         "is not the caller's (use --root or XDG_RUNTIME_DIR to choose "
+                         "another)") from None
         raise _error("ScrunError", f"root directory {root}: {what}") from None
     try:
         check_stat(os.fstat(fd), root, "root directory")

@@ -12,7 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import SCRUN, Created, Env, other_user, scontrol_job, traces
+from tests.e2e.conftest import (
+    SCRUN,
+    VENV,
+    Created,
+    Env,
+    other_user,
+    scontrol_job,
+    traces,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -60,22 +68,37 @@ class TestOtherUser:
 
     @pytest.mark.case("S-02")
     def test_socket_checks_peer_uid(self, user_env: Env) -> None:
-        """Even when the owner opens the modes, the anchor refuses another uid."""
+        """Even when the owner opens the modes, scruntest2's verbs refuse a root that is
+        not theirs, and a client of their own that talks to the socket directly is
+        refused by the anchor (SO_PEERCRED): the container still runs for its owner."""
         env = user_env
         created = _created(env, "x")
         cdir = env.root / "x"
         for path, mode in ((env.root, 0o755), (cdir, 0o755), (cdir / "state.json", 0o644),
                            (cdir / "anchor.sock", 0o666)):
             os.chmod(path, mode)
-        assert 0 == _as_other(env, "state", "x").returncode  # the file is readable now
-        for args in ATTEMPTS[1:]:
+        for args in ATTEMPTS:
             res = _as_other(env, *args)
             assert 0 != res.returncode, args
             assert 1 == len(res.stderr.splitlines()), res.stderr
-            assert "permission denied: container belongs to another user" in res.stderr, \
-                (args, res.stderr)
+            assert (f"root directory {env.root} belongs to uid {env.user.uid}, not to uid "
+                    f"{other_user().uid}: refusing it") in res.stderr, (args, res.stderr)
+        other = other_user()
+        raw = ("import socket,sys\n"
+               "s=socket.socket(socket.AF_UNIX)\n"
+               "s.connect(sys.argv[1])\n"
+               "s.sendall(b'{\"v\":1,\"type\":\"kill\",\"signal\":9}\\n')\n"
+               "print(s.recv(4096).decode())\n")
+        python = str(VENV / "bin" / "python")
+        res = subprocess.run(other.argv([python, "-c", raw, str(cdir / "anchor.sock")]),
+                             env=other.env(), capture_output=True, text=True, timeout=60)
+        assert 0 == res.returncode, res.stderr
+        reply = json.loads(res.stdout)
+        assert (False, "permission denied: container belongs to another user") == (
+            reply["ok"], reply["message"])
         os.chmod(env.root, 0o700)
         os.chmod(cdir, 0o700)
+        os.chmod(cdir / "state.json", 0o600)
         _finish(env, created)
 
 
