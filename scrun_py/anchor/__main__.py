@@ -1,5 +1,6 @@
 """The anchor process: `run_anchor(spec)` in the child `create` forks, or
-`python -m scrun_py.anchor SPEC_JSON` (rootless podman: behind `unshare`).
+`python -m scrun_py.anchor --spec-fd FD` (rootless podman: behind `unshare`), which
+reads its spec (AnchorSpec JSON) from the inherited pipe FD up to EOF.
 
 The only place besides click_app.main that exits: with the container's exit code.
 """
@@ -150,7 +151,17 @@ def run_anchor(spec: AnchorSpec) -> int:
 
 
 def main() -> None:
-    spec = AnchorSpec.from_json(sys.argv[1])
+    from scrun_py.anchor.launch import read_spec
+
+    args = sys.argv[1:]
+    if len(args) != 2 or args[0] != "--spec-fd" or not args[1].isdigit():
+        sys.stderr.write("usage: python -m scrun_py.anchor --spec-fd FD\n")
+        raise SystemExit(2)
+    data = read_spec(int(args[1]))
+    if not data:
+        # create closed the pipe without a spec (it failed or died): nothing to run
+        raise SystemExit(0)
+    spec = AnchorSpec.from_json(data.decode())
     # inherited through pass_fds, so inheritable: no child of ours (salloc is spawned
     # without closing other descriptors) may keep create's readiness pipe open
     os.set_inheritable(spec.ready_fd, False)

@@ -5,6 +5,8 @@ The fork happens early (`EarlyAnchor.fork`, before create reads the bundle): the
 imports what the anchor needs while the parent validates, on the other CPU, then waits
 for its spec on a pipe.  If create fails first, the child is killed before it did
 anything.  The readiness pipe (anchor/readiness.py) exists from the fork on.
+
+The spec goes over a pipe on both paths, never on a command line (late_argv).
 """
 
 from __future__ import annotations
@@ -83,13 +85,8 @@ class EarlyAnchor:
         """Hand the spec over (OSError if the child is gone)."""
         data = spec.to_json().encode()
         self.sent = True
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(self._spec_write, view):]
-        finally:
-            os.close(self._spec_write)
-            self._spec_write = -1
+        spec_write, self._spec_write = self._spec_write, -1
+        write_spec(spec_write, data)
         return Started(AnchorProcess(self.pid), self._ready_read)
 
     def abandon(self) -> None:
@@ -144,12 +141,9 @@ def _child(spec_read: int, ready_write: int, slurm_conf: str | None) -> NoReturn
         from scrun_py.anchor.__main__ import preload, run_anchor
 
         preload()
-        chunks = []
-        while chunk := os.read(spec_read, 65536):
-            chunks.append(chunk)
-        os.close(spec_read)
+        data = read_spec(spec_read)
         # no spec: create failed (or died) before it had a container to give us
-        rc = _run_spec(b"".join(chunks), run_anchor) if chunks else 0
+        rc = _run_spec(data, run_anchor) if data else 0
     finally:
         try:
             sys.stdout.flush()
@@ -184,15 +178,69 @@ def start_late(inv: Invocation, spec: AnchorSpec, ready_read: int) -> AnchorProc
     if prefix:
         import subprocess
 
+        data = spec.to_json().encode()
+        # the root and the id, which the job's environment has too, say whose anchor
+        # this is in /proc/PID/environ (readable by its user and root only)
+        env = {**(env if env is not None else os.environ), "SCRUN_ROOT": spec.root,
+               "SCRUN_CONTAINER_ID": spec.container_id}
         stdio = subprocess.DEVNULL if spec.console_socket else None
-        popen = subprocess.Popen(
-            [*prefix, sys.executable, "-P", "-m", "scrun_py.anchor", spec.to_json()],
-            pass_fds=(spec.ready_fd,), start_new_session=True, close_fds=True, env=env,
-            stdin=stdio, stdout=stdio, stderr=stdio)
+        spec_read, spec_write = os.pipe2(os.O_CLOEXEC)
+        try:
+            popen = subprocess.Popen(
+                late_argv(prefix, spec_read), pass_fds=(spec.ready_fd, spec_read),
+                start_new_session=True, close_fds=True, env=env,
+                stdin=stdio, stdout=stdio, stderr=stdio)
+        except BaseException:
+            os.close(spec_write)
+            raise
+        finally:
+            os.close(spec_read)
+        try:
+            write_spec(spec_write, data)
+        except OSError as exc:
+            # the reader is gone (unshare or the interpreter failed) or cannot be
+            # written to: it must not live on without a spec
+            popen.kill()
+            rc = popen.wait()
+            if isinstance(exc, BrokenPipeError):
+                raise OSError(exc.errno, "it exited before it read its spec "
+                                         f"(status {rc})") from exc
+            raise
         return AnchorProcess(popen.pid, popen)
     pid, spec_write = _fork(ready_read, spec.ready_fd,
                             str(inv.slurm_conf) if inv.slurm_conf is not None else None)
     return EarlyAnchor(pid, spec_write, ready_read, spec.ready_fd).send(spec).process
+
+
+def late_argv(prefix: list[str], spec_fd: int) -> list[str]:
+    """The command line of the anchor as a new interpreter behind `prefix`: it reads
+    its spec from the inherited `spec_fd`.  The spec (the container's args,
+    annotations, imported SCRUN_* values) is never on a command line: any local user
+    can read /proc/PID/cmdline, and execve refuses one argument over 128 KiB."""
+    return [*prefix, sys.executable, "-P", "-m", "scrun_py.anchor", "--spec-fd", str(spec_fd)]
+
+
+def write_spec(fd: int, data: bytes) -> None:
+    """Write all of `data` to the pipe `fd`, then close it (OSError, e.g.
+    BrokenPipeError, when the reader is gone; `fd` is closed either way)."""
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
+def read_spec(fd: int) -> bytes:
+    """Everything on the pipe `fd` up to EOF (the writer closes it after the whole
+    spec; b"" when it closed without one); closes `fd`."""
+    chunks = []
+    try:
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
 
 
 def userns_prefix() -> list[str]:

@@ -485,13 +485,32 @@ def active_jobs(env: Env, wait: float = 15) -> list[str]:
 
 
 def anchor_processes(env: Env) -> list[int]:
-    """Live anchors started for this test's --root: `python -m scrun_py.anchor SPEC`
-    (the spec names the root), or forked from create (create's command line)."""
-    needle = f'"root": "{env.root}"'.encode()
-    forked = f"\0--root\0{env.root}\0".encode()
-    return [pid for pid, _ in _live_processes(
-        "cmdline", lambda c: (b"scrun_py.anchor" in c and needle in c)
-        or (forked in c and b"\0create\0" in c))]
+    """Live anchors started for this test's --root: forked from create (create's
+    command line), or `python -m scrun_py.anchor --spec-fd N` behind unshare, whose
+    environment names the root (SCRUN_ROOT)."""
+    found = []
+    for pid, _ in _live_processes("cmdline", lambda c: b"scrun_py.anchor" in c
+                                  or b"\0create\0" in c):
+        if is_anchor_of(env.root, proc_file(pid, "cmdline"),
+                        lambda pid=pid: proc_file(pid, "environ")):  # type: ignore[misc]
+            found.append(pid)
+    return found
+
+
+def proc_file(pid: int, name: str) -> bytes:
+    try:
+        with open(f"/proc/{pid}/{name}", "rb") as fh:
+            return fh.read()
+    except OSError:
+        return b""
+
+
+def is_anchor_of(root: Path, cmdline: bytes, environ: Callable[[], bytes]) -> bool:
+    """Whether the process with `cmdline` (and `environ()`) is an anchor of `root`."""
+    if f"\0--root\0{root}\0".encode() in cmdline and b"\0create\0" in cmdline:
+        return True
+    return (b"scrun_py.anchor\0--spec-fd\0" in cmdline
+            and f"\0SCRUN_ROOT={root}\0".encode() in b"\0" + environ())
 
 
 def traces(env: Env, cid: str = "") -> list[str]:

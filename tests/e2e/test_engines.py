@@ -24,7 +24,17 @@ from types import FrameType
 
 import pytest
 
-from tests.e2e.conftest import STATE, TEST_USER, VENV, User, scontrol_job, squeue, wait_until
+from tests.e2e.conftest import (
+    STATE,
+    TEST_USER,
+    VENV,
+    User,
+    is_anchor_of,
+    proc_file,
+    scontrol_job,
+    squeue,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.engines]
 
@@ -174,11 +184,17 @@ def _our_jobs(eng: Engine) -> set[str]:
 
 
 def _anchors(eng: Engine) -> list[str]:
-    """`python -m scrun_py.anchor SPEC` (rootless podman), or forked from create."""
+    """Anchors of the engine's root: forked from create, or `python -m scrun_py.anchor
+    --spec-fd N` behind unshare (rootless podman), whose environment names the root."""
     out = subprocess.run(["pgrep", "-af", "scrun_py.anchor| create "], capture_output=True,
                          text=True, timeout=30).stdout
-    return [line for line in out.splitlines() if f'"root": "{eng.root}"' in line
-            or (f" --root {eng.root} " in line and " create " in line)]
+    found = []
+    for line in out.splitlines():
+        pid = int(line.split(maxsplit=1)[0])
+        if is_anchor_of(eng.root, proc_file(pid, "cmdline"),
+                        lambda pid=pid: proc_file(pid, "environ")):  # type: ignore[misc]
+            found.append(line)
+    return found
 
 
 def leftovers(eng: Engine, jobs_before: set[str], wait_s: float = 30) -> list[str]:
