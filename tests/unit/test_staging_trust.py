@@ -25,6 +25,26 @@ SHARED_UID = 0  # root engines run every caller's jobs as root: one cache for al
 OWN_UID = 4242  # a user's own cache (rootless podman)
 
 
+@needs_overlay
+class TestSharedCacheKey:
+    @pytest.mark.parametrize(("user_id", "entries"), [(SHARED_UID, 2), (OWN_UID, 1)])
+    def test_default_key(self, stage: Stage, user_id: int, entries: int) -> None:  # noqa: F811
+        """With the default CACHE_KEY ("auto"), a file changed without changing its size
+        or mtime is not served from the entry of the first image where the cache is
+        shared (jobs of uid 0): the second container sees its own bytes.  A user's own
+        cache keeps the quick metadata key."""
+        look_alike = same_size_and_mtime(stage, "look-alike")
+        cache = stage.tmp / f"cache-{user_id}"
+        first, _ = stage.stage_in("a", stage.image, user_id=user_id)
+        second, _ = stage.stage_in("b", look_alike, user_id=user_id)
+        assert entries == len(stage.entries(cache))
+        entry = Path((Path(second.bundle) / "cache-entry").read_text().strip())
+        served = (entry / "rootfs" / "usr" / "lib" / "libx.so").read_text()
+        assert ("y" if user_id == SHARED_UID else "x") * 5000 == served
+        for ctx in (first, second):
+            assert 0 == stage.stage_out(ctx)[0]
+
+
 def _image_with_dir(stage: Stage, name: str) -> Path:  # noqa: F811
     rootfs = stage.copy_image("odd")
     (rootfs / name).mkdir()
