@@ -247,6 +247,52 @@ class Spawned:
         self.send_signal(parse_signal("KILL"))
 
 
+def resolve_program(name: str, env: Mapping[str, str]) -> str:
+    """The absolute path of the program `name`, found before any change of directory.
+
+    A name with a '/' must be absolute.  A bare name is looked up in the absolute
+    entries of `env`'s PATH only (os.defpath when it has none): an empty or relative
+    entry would name a directory relative to wherever the program is started, which
+    an image can choose (SCRUN_WORKING_DIR), so those entries are skipped (Go's
+    exec.LookPath likewise refuses a program found through one, since Go 1.19).  The
+    program must be a regular file this process may execute.
+    FileNotFoundError when there is none, PermissionError when the only ones found
+    cannot be executed; the exception's filename is `name`."""
+    if "/" in name:
+        if not os.path.isabs(name):
+            raise _not_runnable(name, "relative program path refused (an absolute path "
+                                      "is needed)")
+        if _executable(name):
+            return name
+        raise _not_runnable(name, "" if os.path.exists(name) else "No such file or directory")
+    skipped = denied = False
+    for entry in os.get_exec_path(dict(env)):
+        if not os.path.isabs(entry):
+            skipped = True
+            continue
+        path = os.path.join(entry, name)
+        if _executable(path):
+            return path
+        denied = denied or os.path.exists(path)
+    if denied:  # as execvp: one that exists but cannot be run is reported
+        raise _not_runnable(name, "")
+    raise _not_runnable(name, "not found on PATH" + (
+        " (relative PATH entries are ignored)" if skipped else ""))
+
+
+def _executable(path: str) -> bool:
+    return os.path.isfile(path) and os.access(path, os.X_OK)
+
+
+def _not_runnable(name: str, missing: str) -> OSError:
+    """FileNotFoundError saying `missing`; PermissionError when that is ''."""
+    import errno
+
+    if missing:
+        return FileNotFoundError(errno.ENOENT, missing, name)
+    return PermissionError(errno.EACCES, "Permission denied (not an executable file)", name)
+
+
 def spawn(argv: Sequence[str], env: Mapping[str, str], *, stderr: int,
           cwd: str | None = None) -> Spawned:
     """Start `argv` in a session of its own, with pipes on its stdin and stdout and
@@ -254,14 +300,20 @@ def spawn(argv: Sequence[str], env: Mapping[str, str], *, stderr: int,
 
     os.posix_spawn rather than subprocess: the anchor spawns salloc this way before it
     has imported subprocess (with locale, re and selectors, about 3 ms of its start-up,
-    all of it on `create`'s critical path).  A bare name is looked up on `env`'s PATH, as
-    subprocess does.  posix_spawn cannot change directory: with `cwd`, /bin/sh does, then
-    execs the command.  Unlike subprocess, descriptors are not closed: the child gets
-    those the caller made inheritable (Python makes none by itself)."""
+    all of it on `create`'s critical path).  argv[0] is resolved to an absolute path by
+    `resolve_program` (env's PATH, absolute entries only) before anything else, so the
+    program run never depends on `cwd`.  posix_spawn cannot change directory: with
+    `cwd`, /bin/sh does, then execs the absolute path (the program's argv[0] is then that
+    path; without `cwd` it is argv[0] as given).  Unlike subprocess, descriptors are not
+    closed: the child gets those the caller made inheritable (Python makes none by
+    itself)."""
     from scrun_py.base.signames import parse_signal
 
+    program = resolve_program(argv[0], env)
+    args = list(argv)
     if cwd is not None:
-        argv = ["/bin/sh", "-c", 'cd -- "$0" && exec "$@"', cwd, *argv]
+        args = ["/bin/sh", "-c", 'cd -- "$0" && exec "$@"', cwd, program, *args[1:]]
+        program = "/bin/sh"
     in_read, in_write = os.pipe2(os.O_CLOEXEC)
     out_read, out_write = os.pipe2(os.O_CLOEXEC)
     try:
@@ -270,7 +322,8 @@ def spawn(argv: Sequence[str], env: Mapping[str, str], *, stderr: int,
         # the interpreter ignores these two, and an ignored signal stays ignored across
         # exec: restored, as subprocess does
         restore = (parse_signal("PIPE"), parse_signal("XFSZ"))
-        pid = _spawn_on_path(list(argv), env, actions, restore)
+        pid = os.posix_spawn(program, args, env, file_actions=actions, setsid=True,
+                             setsigdef=restore)
     except BaseException:
         for fd in (in_read, in_write, out_read, out_write):
             os.close(fd)
@@ -278,23 +331,6 @@ def spawn(argv: Sequence[str], env: Mapping[str, str], *, stderr: int,
     os.close(in_read)
     os.close(out_write)
     return Spawned(pid, open(in_write, "wb", buffering=0), open(out_read, "rb", buffering=0))
-
-
-def _spawn_on_path(argv: list[str], env: Mapping[str, str],
-                   actions: list[tuple[int, int, int]], restore: tuple[int, ...]) -> int:
-    name = argv[0]
-    paths = [name] if "/" in name else [os.path.join(d or ".", name)
-                                        for d in os.get_exec_path(dict(env))]
-    error: OSError | None = None
-    for path in paths:
-        try:
-            return os.posix_spawn(path, argv, env, file_actions=actions, setsid=True,
-                                  setsigdef=restore)
-        except (FileNotFoundError, NotADirectoryError) as exc:
-            error = error or exc
-        except PermissionError as exc:
-            error = exc  # as execvp: a directory that denies us is reported last
-    raise error or FileNotFoundError(2, "No such file or directory", name)
 
 
 def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None,

@@ -173,8 +173,10 @@ class CliSlurm:
             kwargs = {"stdin": req.stdio[0], "stdout": req.stdio[1], "stderr": relay.write_fd}
         try:
             # slurmstepd enters srun's directory for the step: the job's, not one the
-            # user cannot enter
+            # user cannot enter.  srun is found before that change of directory (an
+            # image chooses it): Popen would search PATH's relative entries after it.
             kwargs["cwd"] = self._jobs.job_dir or salloc_cwd([])
+            kwargs["executable"] = procs.resolve_program(argv[0], req.env)
             proc = subprocess.Popen(argv, env=req.env, **kwargs)  # type: ignore[call-overload]
         except OSError as exc:
             if relay is not None:

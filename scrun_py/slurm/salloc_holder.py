@@ -120,6 +120,7 @@ class SallocHolder:
         # Kept open for the allocation's lifetime (polled), closed by release.
         err_file = unlinked_file()
         try:
+            # spawn finds salloc (absolute PATH entries only) before it enters job_dir
             proc = procs.spawn(argv, env, stderr=err_file.fileno(), cwd=self.job_dir)
         except OSError as exc:
             err_file.close()

@@ -176,3 +176,135 @@ class TestSpawn:
     def test_wait_child_on_a_spawned_child(self, tmp_path: Path) -> None:
         child, _ = self._spawn(tmp_path, ["sh", "-c", "exit 6"])
         assert 6 == procs.wait_child(child, 10.0)
+
+
+def _script(path: Path, body: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+    return path
+
+
+class TestProgramsFoundOnlyInAbsolutePathEntries:
+    """A Slurm program is found before its working directory (which an image chooses) is
+    entered, in PATH's absolute entries only: an empty or relative entry never runs a
+    file of the working directory."""
+
+    @pytest.fixture
+    def layout(self, tmp_path: Path) -> tuple[Path, Path, Path]:
+        """(the real program's directory, the working directory, the marker file): the
+        working directory holds a `salloc`, and ./rel/salloc, that write the marker."""
+        marker = tmp_path / "marker"
+        work = tmp_path / "work"
+        for planted in (work / "salloc", work / "rel" / "salloc", work / "srun"):
+            _script(planted, f"echo planted > {marker}")
+        real = tmp_path / "bin"
+        _script(real / "salloc", "echo real")
+        return real, work, marker
+
+    def _spawn(self, argv: list[str], env: dict[str, str], tmp_path: Path,
+               cwd: str | None) -> procs.Spawned:
+        with open(tmp_path / "stderr", "wb") as err:
+            return procs.spawn(argv, env, stderr=err.fileno(), cwd=cwd)
+
+    @pytest.mark.parametrize("through", ["cwd", "chdir"])
+    def test_empty_and_relative_entries_are_skipped(
+            self, layout: tuple[Path, Path, Path], tmp_path: Path,
+            monkeypatch: pytest.MonkeyPatch, through: str) -> None:
+        real, work, marker = layout
+        if through == "chdir":
+            monkeypatch.chdir(work)
+        child = self._spawn(["salloc"], {"PATH": f"::.:rel:{real}"}, tmp_path,
+                            str(work) if through == "cwd" else None)
+        assert child.stdout is not None and child.stdin is not None
+        assert b"real\n" == child.stdout.read()
+        assert 0 == child.wait()
+        child.stdout.close()
+        child.stdin.close()
+        assert not marker.exists()
+
+    def test_found_only_in_a_relative_entry_is_not_found(
+            self, layout: tuple[Path, Path, Path], tmp_path: Path) -> None:
+        _, work, marker = layout
+        before = len(os.listdir("/proc/self/fd"))
+        with pytest.raises(FileNotFoundError,
+                           match=r"not found on PATH \(relative PATH entries are ignored\)") as exc:
+            self._spawn(["salloc"], {"PATH": ":rel:."}, tmp_path, str(work))
+        assert "salloc" == exc.value.filename
+        assert before == len(os.listdir("/proc/self/fd"))
+        assert not marker.exists()
+
+    @pytest.mark.parametrize("name", ["./salloc", "rel/salloc"])
+    def test_a_relative_name_with_a_slash_is_refused(
+            self, layout: tuple[Path, Path, Path], tmp_path: Path, name: str) -> None:
+        real, work, marker = layout
+        with pytest.raises(FileNotFoundError, match="relative program path refused"):
+            self._spawn([name], {"PATH": str(real)}, tmp_path, str(work))
+        assert not marker.exists()
+
+    def test_resolved_path_is_absolute(self, layout: tuple[Path, Path, Path],
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+        real, work, _ = layout
+        monkeypatch.chdir(work)
+        (work / "notexec").mkdir()
+        (work / "notexec" / "salloc").write_text("not executable")
+        (work / "adir" / "salloc").mkdir(parents=True)
+        path = procs.resolve_program(
+            "salloc", {"PATH": f":.:{work / 'notexec'}:{work / 'adir'}:{real}"})
+        assert str(real / "salloc") == path
+        assert os.path.isabs(path)
+        assert str(real / "salloc") == procs.resolve_program(str(real / "salloc"), {})
+
+    def test_only_unexecutable_candidates(self, tmp_path: Path) -> None:
+        (tmp_path / "salloc").write_text("not executable")
+        with pytest.raises(PermissionError):
+            procs.resolve_program("salloc", {"PATH": str(tmp_path)})
+        with pytest.raises(PermissionError):
+            procs.resolve_program(str(tmp_path / "salloc"), {})
+        with pytest.raises(FileNotFoundError, match="No such file"):
+            procs.resolve_program(str(tmp_path / "nope"), {})
+
+    def test_salloc_holder_reports_a_salloc_not_found(
+            self, layout: tuple[Path, Path, Path]) -> None:
+        """The allocation fails as for a missing salloc; the planted one never runs."""
+        from scrun_py.base.errors import AllocationFailed
+        from scrun_py.base.threads import Cancel
+        from scrun_py.slurm.salloc_holder import SallocHolder
+
+        _, work, marker = layout
+        holder = SallocHolder("salloc", lambda _job: None)
+        with pytest.raises(AllocationFailed, match="cannot run salloc: not found on PATH"):
+            holder.allocate([f"--chdir={work}"], {"PATH": ":rel:."}, lambda _j: None, 5.0,
+                            Cancel())
+        assert str(work) == holder.job_dir
+        assert not marker.exists()
+
+    @pytest.mark.parametrize("through", ["job_dir", "chdir"])
+    def test_srun_of_the_container_step(self, layout: tuple[Path, Path, Path],
+                                        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        through: str) -> None:
+        """srun is started with Popen(cwd=…): it is found before, the planted one never
+        runs; when srun is nowhere else, the launch fails as for a missing srun."""
+        from scrun_py.base.errors import StepLaunchFailed
+        from scrun_py.slurm.backend import StepRequest
+        from scrun_py.slurm.cli_backend import CliSlurm
+
+        real, work, marker = layout
+        _script(real / "srun", f"echo real-srun > {tmp_path / 'ran'}")
+        if through == "chdir":
+            monkeypatch.chdir(work)
+        slurm = CliSlurm(srun_path="srun", version_probe=lambda: (23, 2))
+        if through == "job_dir":
+            slurm._jobs.job_dir = str(work)
+        with open(tmp_path / "out", "w+b") as out:
+            req = StepRequest(job_id=1, container_id="c1", bundle="/b", args=["true"],
+                              env={"PATH": f"::.:{real}"},
+                              stdio=(out.fileno(), out.fileno(), out.fileno()))
+            step = slurm.launch_step(req)
+            step.wait(10.0)
+            assert "real-srun\n" == (tmp_path / "ran").read_text()
+            req.env["PATH"] = ":."
+            with pytest.raises(StepLaunchFailed,
+                               match="cannot run srun: not found on PATH"):
+                slurm.launch_step(req)
+        assert not marker.exists()
