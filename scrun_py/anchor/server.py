@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from typing import Any
 
 REQUEST_TIMEOUT_S = 30.0  # for the request line to arrive
+#: the largest signal number a `kill` request may carry (SIGRTMAX on Linux)
+MAX_SIGNAL = 64
 
 
 class ControlServer:
@@ -108,11 +110,15 @@ class ControlServer:
             return {"job_id": self.lc.start()}
         if kind == "kill":
             sig = req.get("signal")
-            if not isinstance(sig, int) or not 0 <= sig < 65:
+            # type(), not isinstance: JSON `true` is an int to isinstance (SIGHUP)
+            if type(sig) is not int or not 0 <= sig <= MAX_SIGNAL:
                 raise ProtocolError("invalid signal")
             self.lc.kill(sig)
             return {}
         if kind == "delete":
-            self.lc.delete(bool(req.get("force")))
+            force = req.get("force", False)
+            if type(force) is not bool:
+                raise ProtocolError("invalid force")
+            self.lc.delete(force)
             return {}
         raise ProtocolError(f"unknown request type {kind!r}")

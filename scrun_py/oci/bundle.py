@@ -33,6 +33,9 @@ _SEMVER = (r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)"
 SPEC_MAJOR = 1
 #: the PATH runc and crun look a program up on when process.env has none
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: the largest config.json scrun-py reads: an engine's is a few tens of kB; the cap keeps
+#: a huge or endless file from taking create's memory and time
+MAX_CONFIG_BYTES = 16 << 20
 
 
 def program_in_rootfs(args: list[str], env: list[str], rootfs: str) -> list[str]:
@@ -158,10 +161,16 @@ class Bundle(NamedTuple):
         return trust.split_env(self.config.process.env)[0]
 
 
+def _shown(text: str) -> str:
+    """`text` for a one-line message: as it is, or quoted with escapes when it holds a
+    line break or another unprintable character (config.json's strings may)."""
+    return text if text.isprintable() else repr(text)
+
+
 def _first_error(exc: ValidationError) -> str:
     err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"]) or "config"
-    msg = str(err["msg"])
+    where = _shown(".".join(str(p) for p in err["loc"]) or "config")
+    msg = _shown(str(err["msg"]))
     if err["type"] == "missing":
         return f"{where} is required"
     if err["type"] in ("model_type", "dict_type"):
@@ -203,23 +212,61 @@ def _json_loads(data: bytes) -> Any:
         return json.loads(data)
 
 
+def read_config(bundle: str) -> bytes:
+    """The bytes of `bundle`/config.json: a regular file of at most MAX_CONFIG_BYTES,
+    else BundleError.  Opened with O_NONBLOCK, so that a FIFO in its place is refused
+    instead of waiting for a writer; at most the cap and one byte are read, so that a
+    file that grows after the fstat is refused too.  OSError when it cannot be opened."""
+    import stat
+
+    name = _shown(bundle)
+    fd = os.open(os.path.join(bundle, "config.json"),
+                 os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise BundleError(f"bundle {name}: config.json is not a regular file")
+        if st.st_size > MAX_CONFIG_BYTES:
+            raise BundleError(_too_large(name, st.st_size))
+        chunks = []
+        left = MAX_CONFIG_BYTES + 1
+        while left > 0 and (chunk := os.read(fd, min(left, max(st.st_size + 1, 1 << 16)))):
+            chunks.append(chunk)
+            left -= len(chunk)
+    finally:
+        os.close(fd)
+    if left <= 0:
+        raise BundleError(_too_large(name, None))
+    return b"".join(chunks)
+
+
+def _too_large(name: str, size: int | None) -> str:
+    """The error for a config.json over the cap (`size` None: it grew past it while
+    being read)."""
+    if size is None:
+        return (f"bundle {name}: config.json is more than the {MAX_CONFIG_BYTES} bytes "
+                "scrun-py reads")
+    return (f"bundle {name}: config.json is {size} bytes, more than the "
+            f"{MAX_CONFIG_BYTES} scrun-py reads")
+
+
 def load_bundle(path: str | os.PathLike[str]) -> Bundle:
     bundle = os.path.abspath(path)
+    name = _shown(bundle)
     if not os.path.isdir(bundle):
-        raise BundleError(f"bundle {bundle}: not a directory")
+        raise BundleError(f"bundle {name}: not a directory")
     try:
-        with open(os.path.join(bundle, "config.json"), "rb") as fh:
-            raw: Any = _json_loads(fh.read())
+        raw: Any = _json_loads(read_config(bundle))
     except FileNotFoundError as exc:
-        raise BundleError(f"bundle {bundle}: config.json not found") from exc
+        raise BundleError(f"bundle {name}: config.json not found") from exc
     except PermissionError as exc:
-        raise BundleError(f"bundle {bundle}: config.json is not readable") from exc
+        raise BundleError(f"bundle {name}: config.json is not readable") from exc
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # Recursion: "[[[[…"
-        raise BundleError(f"bundle {bundle}: config.json is not valid JSON: {exc}") from exc
+        raise BundleError(f"bundle {name}: config.json is not valid JSON: {exc}") from exc
     except OSError as exc:
-        raise BundleError(f"bundle {bundle}: cannot read config.json: {exc.strerror}") from exc
+        raise BundleError(f"bundle {name}: cannot read config.json: {exc.strerror}") from exc
     if not isinstance(raw, dict):
-        raise BundleError(f"bundle {bundle}: config.json must be a JSON object")
+        raise BundleError(f"bundle {name}: config.json must be a JSON object")
     config = _plain_config(raw)
     if config is None:
         from pydantic import ValidationError
@@ -227,13 +274,13 @@ def load_bundle(path: str | os.PathLike[str]) -> Bundle:
         try:
             config = _model_config(raw)
         except ValidationError as exc:
-            raise BundleError(f"bundle {bundle}: config.json: {_first_error(exc)}") from exc
+            raise BundleError(f"bundle {name}: config.json: {_first_error(exc)}") from exc
     problem = oci_version_problem(config.ociVersion)
     if problem:
-        raise BundleError(f"bundle {bundle}: config.json: {problem}")
+        raise BundleError(f"bundle {name}: config.json: {problem}")
     rootfs = os.path.normpath(os.path.join(bundle, config.root.path))
     if not os.path.isdir(rootfs):
-        raise BundleError(f"bundle {bundle}: rootfs {rootfs} is not a directory")
+        raise BundleError(f"bundle {name}: rootfs {_shown(rootfs)} is not a directory")
     return Bundle(path=bundle, config=config, rootfs=rootfs, raw=raw)
 
 
@@ -241,17 +288,17 @@ def bundle_rootfs_problem(bundle_dir: str, release: str) -> str:
     """Why a slurmstepd that runs BUNDLE/rootfs whatever config.json's root.path says
     (Slurm 22.05) would run another rootfs than the config names, or "".  A bundle this
     host cannot read is left to the node ("")."""
-    try:
-        with open(os.path.join(bundle_dir, "config.json"), "rb") as fh:
-            path = _json_loads(fh.read())["root"]["path"]
-    except (OSError, ValueError, LookupError, TypeError, RecursionError):
-        return ""
     used = os.path.join(bundle_dir, "rootfs")
-    if not isinstance(path, str) or (
-            os.path.realpath(os.path.join(bundle_dir, path)) == os.path.realpath(used)):
+    try:
+        path = _json_loads(read_config(bundle_dir))["root"]["path"]
+        # ValueError also for a path with a NUL, which no file has
+        if not isinstance(path, str) or (
+                os.path.realpath(os.path.join(bundle_dir, path)) == os.path.realpath(used)):
+            return ""
+    except (BundleError, OSError, ValueError, LookupError, TypeError, RecursionError):
         return ""
-    return (f"bundle {bundle_dir}: Slurm {release} runs the container from {used}, "
-            f"not from root.path {path!r}")
+    return (f"bundle {_shown(bundle_dir)}: Slurm {release} runs the container from "
+            f"{_shown(used)}, not from root.path {path!r}")
 
 
 def write_config(bundle: Bundle, config: dict[str, Any]) -> None:

@@ -165,10 +165,10 @@ class TestBundleErrors:
         assert f"bundle {bundle}: config.json not found" == _error(bundle)
 
     def test_config_is_a_directory(self, bundle: Path) -> None:
-        """A config.json that cannot be read is reported with the bundle."""
+        """A config.json that is not a regular file is reported with the bundle."""
         (bundle / "config.json").unlink()
         (bundle / "config.json").mkdir()
-        assert _error(bundle).startswith(f"bundle {bundle}: cannot read config.json: ")
+        assert f"bundle {bundle}: config.json is not a regular file" == _error(bundle)
 
     @pytest.mark.parametrize("content", [b"", b"{", b"{'a': 1}", b"\xff\xfe\xfa", b"[" * 50_000])
     def test_invalid_json(self, bundle: Path, content: bytes) -> None:
@@ -212,11 +212,109 @@ class TestBundleErrors:
         assert f"bundle {bundle}: rootfs {bundle / 'rootfs'} is not a directory" == (
             _error(bundle))
 
+    @pytest.mark.parametrize(("config", "shown"), [
+        (_config(root={"path": "rootfs\nx"}), "rootfs 'BUNDLE/rootfs\\nx' is not a directory"),
+        (_config(annotations={"a\u2028b": 1}),
+         "config.json: 'annotations.a\\u2028b': input should be a valid string"),
+    ])
+    def test_config_text_in_a_message_stays_on_one_line(self, bundle: Path,
+                                                        config: dict[str, Any],
+                                                        shown: str) -> None:
+        """A line break from config.json in an error is written as an escape (repr)."""
+        _write(bundle, config)
+        assert f"bundle {bundle}: {shown.replace('BUNDLE', str(bundle))}" == _error(bundle)
+
     def test_rootfs_is_a_file(self, bundle: Path) -> None:
         """A root.path pointing at a file is not a rootfs."""
         (bundle / "rootfs").rmdir()
         (bundle / "rootfs").write_text("")
         assert "rootfs" in _error(bundle)
+
+
+class TestSizeCap:
+    """config.json is read only up to MAX_CONFIG_BYTES, and only from a regular file."""
+
+    def test_over_the_cap_is_refused_before_reading(self, bundle: Path) -> None:
+        """A sparse 400 MiB config.json is refused from its size, on one line, at once."""
+        import time
+
+        size = 400 << 20
+        with open(bundle / "config.json", "r+b") as fh:
+            fh.truncate(size)
+        started = time.monotonic()
+        message = _error(bundle)
+        assert (f"bundle {bundle}: config.json is {size} bytes, more than the "
+                f"{bundle_mod.MAX_CONFIG_BYTES} scrun-py reads") == message
+        assert time.monotonic() - started < 1.0
+
+    def test_the_cap_itself_is_read(self, bundle: Path) -> None:
+        """A config.json of exactly MAX_CONFIG_BYTES is read (and judged as JSON)."""
+        text = json.dumps(_config())
+        padded = text + " " * (bundle_mod.MAX_CONFIG_BYTES - len(text))
+        (bundle / "config.json").write_text(padded)
+        assert "1.0.2" == load_bundle(bundle).config.ociVersion
+
+    def test_one_byte_over_the_cap(self, bundle: Path) -> None:
+        """One byte more than MAX_CONFIG_BYTES is refused."""
+        (bundle / "config.json").write_bytes(b" " * (bundle_mod.MAX_CONFIG_BYTES + 1))
+        assert "more than the" in _error(bundle)
+
+    def test_growing_past_the_cap_while_read(self, bundle: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+        """A file that grows after the fstat is still read only up to the cap and one
+        byte (a stat that reports it small stands in for the race)."""
+        import os
+
+        (bundle / "config.json").write_bytes(b" " * (bundle_mod.MAX_CONFIG_BYTES + 4096))
+        real_fstat = os.fstat
+        reads: list[int] = []
+        real_read = os.read
+
+        def small_fstat(fd: int) -> os.stat_result:
+            st = real_fstat(fd)
+            return os.stat_result((st.st_mode, *tuple(st)[1:6], 10, *tuple(st)[7:]))
+
+        def counted_read(fd: int, n: int) -> bytes:
+            data = real_read(fd, n)
+            reads.append(len(data))
+            return data
+
+        monkeypatch.setattr(os, "fstat", small_fstat)
+        monkeypatch.setattr(os, "read", counted_read)
+        assert (f"bundle {bundle}: config.json is more than the "
+                f"{bundle_mod.MAX_CONFIG_BYTES} bytes scrun-py reads") == _error(bundle)
+        assert bundle_mod.MAX_CONFIG_BYTES + 1 == sum(reads)
+
+    def test_fifo_is_refused_without_blocking(self, bundle: Path) -> None:
+        """A FIFO in place of config.json (no writer) is refused at once, not waited on."""
+        import os
+
+        (bundle / "config.json").unlink()
+        os.mkfifo(bundle / "config.json")
+        assert f"bundle {bundle}: config.json is not a regular file" == _error(bundle)
+
+    def test_character_device_is_refused(self, bundle: Path) -> None:
+        """An endless special file (a symlink to /dev/zero) is refused, not read."""
+        (bundle / "config.json").unlink()
+        (bundle / "config.json").symlink_to("/dev/zero")
+        assert f"bundle {bundle}: config.json is not a regular file" == _error(bundle)
+
+    def test_rootfs_problem_of_a_huge_config_is_left_to_the_node(self, bundle: Path) -> None:
+        """bundle_rootfs_problem reads through the same cap: nothing to say, at once."""
+        from scrun_py.oci.bundle import bundle_rootfs_problem
+
+        with open(bundle / "config.json", "r+b") as fh:
+            fh.truncate(400 << 20)
+        assert "" == bundle_rootfs_problem(str(bundle), "22.05")
+
+    def test_rootfs_problem_of_a_fifo_is_left_to_the_node(self, bundle: Path) -> None:
+        import os
+
+        from scrun_py.oci.bundle import bundle_rootfs_problem
+
+        (bundle / "config.json").unlink()
+        os.mkfifo(bundle / "config.json")
+        assert "" == bundle_rootfs_problem(str(bundle), "22.05")
 
 
 class TestOciVersion:
@@ -281,7 +379,8 @@ class TestBundleRootfsProblem:
                 f"not from root.path {root!r}") == bundle_rootfs_problem(str(bundle), "22.05")
 
     @pytest.mark.parametrize("content", [None, b"{", b"[]", b'{"root": 1}', b'{"root": {}}',
-                                         b'{"root": {"path": 1}}', b"\xff"])
+                                         b'{"root": {"path": 1}}', b"\xff",
+                                         b'{"root": {"path": "a\\u0000b"}}'])
     def test_what_cannot_be_read_here_is_left_to_the_node(self, bundle: Path,
                                                           content: bytes | None) -> None:
         from scrun_py.oci.bundle import bundle_rootfs_problem

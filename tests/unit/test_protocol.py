@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any, cast
 
 import pytest
 
@@ -162,3 +163,80 @@ class TestReplies:
         """`ok` must be the JSON literal true; anything else is treated as an error."""
         with pytest.raises(ScrunError):
             protocol.reply_or_raise({"v": 1, "ok": ok})
+
+
+class _Recorder:
+    """Stands in for the anchor's Lifecycle: records what the server asks of it."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, object]] = []
+
+    def start(self) -> int:
+        self.calls.append(("start", None))
+        return 7
+
+    def kill(self, sig: int) -> None:
+        self.calls.append(("kill", sig))
+
+    def delete(self, force: bool) -> None:
+        self.calls.append(("delete", force))
+
+
+class TestServerDispatch:
+    """anchor/server.py: a request's fields must have exactly their JSON type."""
+
+    @pytest.fixture
+    def server(self) -> Any:
+        from scrun_py.anchor.server import ControlServer
+        from tests.unit.anchor_harness import quiet_logger
+
+        return ControlServer(cast(Any, _Recorder()), cast(Any, None), quiet_logger())
+
+    @pytest.mark.parametrize("sig", [0, 1, 9, 15, 64])
+    def test_kill_with_a_signal_number(self, server: Any, sig: int) -> None:
+        """An integer signal from 0 to SIGRTMAX (64) reaches the lifecycle as it is."""
+        assert {} == server._dispatch({"v": 1, "type": "kill", "signal": sig})
+        assert [("kill", sig)] == server.lc.calls
+
+    @pytest.mark.parametrize("sig", [True, False, 1.0, 15.0, "15", "TERM", None, [15], {"n": 15},
+                                     -1, 65, 2**64])
+    def test_kill_refuses_anything_else(self, server: Any, sig: object) -> None:
+        """true is not SIGHUP, 15.0 is not SIGTERM: a ProtocolError, and nothing is killed."""
+        with pytest.raises(ProtocolError, match="invalid signal"):
+            server._dispatch({"v": 1, "type": "kill", "signal": sig})
+        assert [] == server.lc.calls
+
+    def test_kill_without_a_signal(self, server: Any) -> None:
+        with pytest.raises(ProtocolError, match="invalid signal"):
+            server._dispatch({"v": 1, "type": "kill"})
+        assert [] == server.lc.calls
+
+    @pytest.mark.parametrize(("fields", "force"), [
+        ({"force": True}, True), ({"force": False}, False), ({}, False)])
+    def test_delete_force_is_a_bool(self, server: Any, fields: dict[str, object],
+                                    force: bool) -> None:
+        """force true or false, or absent (false), reaches the lifecycle as a bool."""
+        assert {} == server._dispatch({"v": 1, "type": "delete", **fields})
+        assert [("delete", force)] == server.lc.calls
+        assert type(server.lc.calls[0][1]) is bool
+
+    @pytest.mark.parametrize("force", [1, 0, "true", "", None, [], {}, 1.0])
+    def test_delete_refuses_anything_else(self, server: Any, force: object) -> None:
+        """A `force` that is not a JSON bool is a ProtocolError, not truthiness."""
+        with pytest.raises(ProtocolError, match="invalid force"):
+            server._dispatch({"v": 1, "type": "delete", "force": force})
+        assert [] == server.lc.calls
+
+    def test_refusal_is_an_error_reply(self, server: Any) -> None:
+        """Over a real connection, `signal: true` is answered ok=false with ProtocolError."""
+        import socket
+
+        left, right = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        with left, right:
+            left.sendall(b'{"v":1,"type":"kill","signal":true}\n')
+            server._handle_one(right)
+            right.close()
+            reply = protocol.read_line(left)
+        assert {"v": 1, "ok": False, "kind": "ProtocolError",
+                "message": "invalid signal"} == json.loads(reply)
+        assert [] == server.lc.calls
