@@ -1,9 +1,10 @@
 """`delete [--force] [--regex] ID`: tear the container down and remove every trace of it.
 
 A directory without a record and without an anchor socket is what a create that failed
-half-way leaves: it is removed, and with --force an id that is not there at all is a
-success (what runc does).  A container whose anchor runs is deleted by the anchor (it
-ends the step and the job); one whose anchor died is cleaned up here.
+half-way leaves: it is removed when it holds only what scrun-py puts there, and with
+--force an id that is not there at all is a success (what runc does).  A container
+whose anchor runs is deleted by the anchor (it ends the step and the job); one whose
+anchor died is cleaned up here.
 """
 
 from __future__ import annotations
@@ -41,6 +42,11 @@ def _delete(inv: Invocation, container: Container, force: bool) -> None:
         record = container.record()
     except ContainerNotFound:
         if container.exists() and not container.has_socket():
+            foreign = container.foreign_content()
+            if foreign:
+                raise ScrunError(f"{container.dir} has no container record and holds "
+                                 f"what scrun-py does not make ({foreign}): not removing it"
+                                 ) from None
             container.remove()
             return
         if force:

@@ -398,6 +398,28 @@ class Container:
             return False
         return True
 
+    def foreign_content(self) -> str:
+        """What makes the directory other than one scrun-py made ('' when nothing does):
+        a mode other than create's 0700, or a name scrun-py never writes there (its
+        record, socket and abandon script, and write_atomic's `.NAME.PID.tmp`).  A
+        directory without a record is removed only when this is ''; `--root ~` and
+        `delete .ssh` must not empty the caller's ~/.ssh."""
+        fd = self.dir_fd()
+        mode = os.fstat(fd).st_mode & 0o7777
+        if mode != 0o700:
+            return f"mode {mode:04o}"
+        ours = (STATE_FILE, SOCKET_NAME, layout.ABANDON_FILE)
+        with os.scandir(fd) as entries:
+            for entry in entries:
+                name = entry.name
+                if name in ours:
+                    continue
+                if name.startswith(".") and name.endswith(".tmp") and any(
+                        name.startswith(f".{n}.") for n in ours):
+                    continue
+                return repr(name)
+        return ""
+
     def remove(self) -> None:
         """Remove the container's directory through the checked root, never following a
         symlink (remove_at)."""

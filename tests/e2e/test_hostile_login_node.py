@@ -123,10 +123,14 @@ class TestPlantedRoot:
                 _one_error_line(line), argv
         _intact(home)
         # the control: the home itself as the root is the caller's, and the same delete
-        # there removes the directory that looks half-created (what the refusal prevents)
-        assert 0 == _victim_verb(env, home, ["delete", "c1"]).returncode
-        assert not (home / "c1").exists()
-        assert (home / "precious" / ".ssh" / "id_ed25519").exists()
+        # there removes a directory that create left half-made (0700, nothing foreign in
+        # it); c1, which holds the caller's notes, it keeps
+        assert 0 == _as(env.user, ["mkdir", "-m", "700", str(home / "c2")], env.work).returncode
+        assert 0 == _victim_verb(env, home, ["delete", "c2"]).returncode
+        assert not (home / "c2").exists()
+        res = _victim_verb(env, home, ["delete", "--force", "c1"])
+        assert "not removing it" in _one_error_line(res)
+        _intact(home)
 
     def test_planted_record_and_socket_get_nothing(self, victim: tuple[Env, Path, Path]
                                                    ) -> None:

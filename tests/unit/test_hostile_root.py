@@ -78,11 +78,35 @@ class TestRootIsASymlink:
         assert not (home / "c9").exists()
 
     def test_control_own_root(self, tmp_path: Path, home: Path) -> None:
-        """The same delete on a real directory of the caller's removes the half-created
-        container: what the refusal above prevents would have happened."""
-        assert 0 == run(["--root", str(home), "delete", "c1"])
-        assert not (home / "c1").exists()
-        assert "secret" == (home / "precious" / "deep" / "key").read_text()
+        """The same delete on a real directory of the caller's removes a half-created
+        container (0700, only what scrun-py writes): what the refusal above prevents
+        would have happened to one."""
+        (home / "c2").mkdir(mode=0o700)
+        (home / "c2" / ".state.json.123.tmp").write_text("{")
+        assert 0 == run(["--root", str(home), "delete", "c2"])
+        assert not (home / "c2").exists()
+        _intact(home)
+
+
+class TestNotOurDirectory:
+    """A directory without a record is removed only when scrun-py could have made it:
+    `--root ~` and `delete .ssh` must not empty ~/.ssh."""
+
+    @pytest.mark.parametrize("force", [[], ["--force"]])
+    def test_foreign_name_kept(self, home: Path, force: list[str],
+                               capsys: pytest.CaptureFixture[str]) -> None:
+        (home / "c1").chmod(0o700)
+        assert 1 == run(["--root", str(home), "delete", *force, "c1"])
+        assert (f"{home / 'c1'} has no container record and holds what scrun-py does not "
+                "make ('data'): not removing it"
+                == _one_line(capsys.readouterr().err).removeprefix("scrun-py: "))
+        _intact(home)
+
+    def test_other_mode_kept(self, home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        (home / "empty").mkdir(mode=0o755)
+        assert 1 == run(["--root", str(home), "delete", "empty"])
+        assert "(mode 0755): not removing it" in _one_line(capsys.readouterr().err)
+        assert (home / "empty").is_dir()
 
 
 @needs_root
