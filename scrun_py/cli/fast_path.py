@@ -133,21 +133,34 @@ def apply_table(inv: Invocation, verb: str, given: Mapping[str, Any]) -> None:
 
 
 def log_target(argv: list[str]) -> tuple[str | None, str]:
-    """--log and --log-format as given, for the fatal path even when parsing failed."""
+    """--log and --log-format as given among the global options (before the verb), for
+    the fatal path even when parsing failed.  A word after the verb names no log file:
+    `kill -- --log F` has the id `--log` and the signal F."""
     from scrun_py.base.invocation import log_file_name
+    from scrun_py.cli.argv_table import OPTIONS
 
     log_name: str | None = None
     fmt = "text"
-    for i, word in enumerate(argv):
-        if word in ("--log", "--log-format") and i + 1 < len(argv):
-            name, value = word, argv[i + 1]
-        elif word.startswith(("--log=", "--log-format=")):
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if not word.startswith("-") or word == "--":
+            break  # the verb, or the end of the options
+        if "=" in word:
             name, _, value = word.partition("=")
+            i += 1
         else:
-            continue
+            option = OPTIONS[""].get(word)
+            if option is None or option[1] != "value":
+                i += 1
+                continue
+            if i + 1 >= len(argv):
+                break
+            name, value = word, argv[i + 1]
+            i += 2
         if name == "--log":
             log_name = log_file_name(value)
-        elif value in ("text", "json"):
+        elif name == "--log-format" and value in ("text", "json"):
             fmt = value
     return log_name, fmt
 
