@@ -98,8 +98,10 @@ class TestPlantedRoot:
                     f"{env.user.uid}: refusing it") in _one_error_line(line), argv
         created = env.create("c9", env.bundle(["true"]))  # in env.root: the control below
         assert 0 == created.rc, created.stderr()
-        res = _victim_verb(env, root, ["create", "--bundle", str(env.work / "bundle"), "c9"])
-        assert "refusing it" in _one_error_line(res)
+        for verb in ("create", "run"):
+            res = _victim_verb(env, root, [verb, "--bundle", str(env.work / "bundle"), "c8"])
+            assert (f"root directory {root} belongs to uid {attacker.uid}"
+                    in _one_error_line(res)), verb
         assert "refusing it" in str(env.errors()[-1]["msg"])
         _intact(home)
         assert (root / "c1").is_symlink()
