@@ -4,7 +4,13 @@
 #   scripts/cluster.sh up   [--slurm R]   install packages, start munge + slurmctld + slurmd,
 #                                         make the test user and a world-readable virtualenv
 #                                         with scrun-py in it, start the engines
-#   scripts/cluster.sh down [--slurm R]   stop the daemons started by "up"
+#   scripts/cluster.sh down [--slurm R] [--nodes N]
+#                                         stop what "up" started for that cluster: its
+#                                         engines (dockerd, containerd), its jobs (cancelled),
+#                                         slurmd(s), the nodes' munged's and slurmctld
+#   scripts/cluster.sh down --all         the same for every cluster of every release, then
+#                                         the rootless podman's pause process of the test
+#                                         user and the machine's munged
 #   scripts/cluster.sh env  [--slurm R]   print the environment the tests use
 #   scripts/cluster.sh releases           print the releases of scripts/releases.conf, the
 #                                         machine's packaged one first
@@ -44,6 +50,7 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 CMD=${1:-up}; shift || true
 RELEASE=${SCRUN_TEST_SLURM:-}
 NODES=1
+ALL=0
 NODE_ARG=""
 if [ "$CMD" = crash ]; then NODE_ARG=${1:?usage: $0 crash NODE --nodes N [--slurm R]}; shift; fi
 while [ $# -gt 0 ]; do
@@ -52,7 +59,8 @@ while [ $# -gt 0 ]; do
         --slurm=*) RELEASE=${1#--slurm=}; shift ;;
         --nodes) NODES=${2:?--nodes needs a number}; shift 2 ;;
         --nodes=*) NODES=${1#--nodes=}; shift ;;
-        *) echo "usage: $0 up|down|env|releases|crash NODE [--slurm RELEASE] [--nodes N]" >&2; exit 2 ;;
+        --all) [ "$CMD" = down ] || { echo "cluster.sh: --all is for down" >&2; exit 2; }; ALL=1; shift ;;
+        *) echo "usage: $0 up|down [--all]|env|releases|crash NODE [--slurm RELEASE] [--nodes N]" >&2; exit 2 ;;
     esac
 done
 case "$NODES" in ''|*[!0-9]*|0) echo "cluster.sh: --nodes needs a positive number" >&2; exit 2 ;; esac
@@ -460,27 +468,104 @@ make_venv() {
     chmod -R a+rX "$(dirname "$VENV")"
 }
 
-down() {
-    local d pidfiles=(slurmd ctld/slurmctld)
-    if [ "$NODES" -gt 1 ]; then
-        pidfiles=(ctld/slurmctld)
-        for d in $(seq 1 "$NODES"); do pidfiles+=("slurmd-n$d" "munge-n$d/munged"); done
-    fi
-    for d in "${pidfiles[@]}"; do
-        if pid_alive "$STATE/$d.pid"; then kill "$(cat "$STATE/$d.pid")" 2>/dev/null || true; fi
-    done
-    # gone before returning, so that an "up" right after starts them again
-    local _ alive
-    for _ in $(seq 1 100); do
-        alive=0
-        for d in "${pidfiles[@]}"; do pid_alive "$STATE/$d.pid" 2>/dev/null && alive=1; done
-        [ "$alive" = 1 ] || return 0
+# -- stopping: every daemon is waited for until it is gone, so that an "up" right after
+# starts it again and no daemon is left half-stopped
+running() {  # PID: the process exists and is not a zombie
+    local stat
+    read -r stat 2>/dev/null < "/proc/$1/stat" || return 1
+    stat=${stat##*) }
+    [ "${stat%% *}" != Z ]
+}
+
+wait_gone() {  # SECONDS PID...: true once no PID exists any more (a zombie reaped too)
+    local end=$((SECONDS + $1)) p left; shift
+    while :; do
+        left=0
+        for p; do [ -e "/proc/$p" ] && left=1; done
+        [ "$left" = 0 ] && return 0
+        [ "$SECONDS" -lt "$end" ] || return 1
         sleep 0.1
     done
-    log "daemons still running after 10 s"
+}
+
+stop() {  # WHAT PID...: SIGTERM, SIGKILL after 30 s; back once each is gone
+    local what=$1 p pids=(); shift
+    for p; do running "$p" && pids+=("$p"); done
+    [ ${#pids[@]} -gt 0 ] || return 0
+    log "stopping $what (pid ${pids[*]})"
+    kill -TERM "${pids[@]}" 2>/dev/null || true
+    wait_gone 30 "${pids[@]}" && return 0
+    for p in "${pids[@]}"; do
+        if running "$p"; then
+            log "$what: pid $p still running after 30 s: SIGKILL"
+            kill -KILL "$p" 2>/dev/null || true
+        fi
+    done
+    wait_gone 5 "${pids[@]}" && return 0
+    # a zombie's parent reaps it; the daemons' parent is init, or test.sh (a subreaper)
+    log "$what: pid $(for p in "${pids[@]}"; do [ -e "/proc/$p" ] && printf '%s ' "$p"; done)not reaped by its parent yet"
+}
+
+stop_slurm() {  # the cluster's slurmd(s), the munged of each of its nodes, its slurmctld
+    local f pids=()
+    for f in "$STATE/slurmd.pid" "$STATE"/slurmd-n*.pid "$STATE"/munge-n*/munged.pid \
+             "$STATE/ctld/slurmctld.pid"; do
+        pid_alive "$f" && pids+=("$(cat "$f")")
+    done
+    stop "the daemons of $CLUSTER_NAME" ${pids[@]+"${pids[@]}"}
+}
+
+cancel_jobs() {  # the cluster's jobs: a job's steps would run on without a slurmd
+    pid_alive "$STATE/ctld/slurmctld.pid" || return 0
+    local jobs
+    jobs=$(SLURM_CONF=$STATE/slurm.conf squeue -h -o %A 2>/dev/null || true)
+    [ -n "$jobs" ] || return 0
+    log "cancelling the jobs of $CLUSTER_NAME: ${jobs//$'\n'/ }"
+    # shellcheck disable=SC2086
+    SLURM_CONF=$STATE/slurm.conf scancel $jobs 2>/dev/null || true
+    for _ in $(seq 1 200); do
+        [ -z "$(SLURM_CONF=$STATE/slurm.conf squeue -h -o %A 2>/dev/null || true)" ] && return 0
+        sleep 0.1
+    done
+    log "jobs of $CLUSTER_NAME still there after 20 s: $(SLURM_CONF=$STATE/slurm.conf squeue -h -o '%A %T' 2>/dev/null | tr '\n' ' ')"
+}
+
+down() {  # what "up" started for this cluster
+    # the engines first: dockerd ends its containers through scrun-py, which needs Slurm
+    "$REPO/scripts/engines.sh" down || true
+    cancel_jobs
+    stop_slurm
+}
+
+down_all() {  # every cluster of every release, the engines and the machine's munged
+    local rel rc=0
+    for rel in $(releases); do
+        (
+            RELEASE=$rel NODES=1
+            resolve_release
+            one=$STATE
+            # the one-node cluster's state dir, and the multi-node ones' ($STATE-<N>n)
+            for d in "$one" "$one"-*n; do
+                n=${d#"$one"}; n=${n#-}; n=${n%n}
+                case "${n:-1}" in *[!0-9]*) continue ;; esac
+                [ -f "$d/slurm.conf" ] || continue
+                NODES=${n:-1}
+                resolve_release
+                down
+            done
+        ) || rc=1
+    done
+    SCRUN_TEST_STATE=$STATE_BASE "$REPO/scripts/engines.sh" down --all || rc=1
+    local pid
+    pid=$(cat /run/munge/munged.pid 2>/dev/null || true)
+    if [ -n "$pid" ] && [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = /usr/sbin/munged ]; then
+        stop munged "$pid"
+    fi
+    return $rc
 }
 
 [ "$CMD" = releases ] && { releases; exit 0; }
+if [ "$ALL" = 1 ]; then down_all; exit; fi
 resolve_release
 
 case "$CMD" in
@@ -488,7 +573,7 @@ case "$CMD" in
         install_packages
         fix_host
         write_conf
-        if [ "${PORTS_CHANGED:-0}" = 1 ]; then log "ports changed: restarting the daemons"; down; CONF_CHANGED=0; fi
+        if [ "${PORTS_CHANGED:-0}" = 1 ]; then log "ports changed: restarting the daemons"; stop_slurm; CONF_CHANGED=0; fi
         start_daemons
         sweep_runtime_state
         make_user
@@ -518,5 +603,5 @@ case "$CMD" in
             echo "SCRUN_TEST_PYSLURM=0"
         fi
         ;;
-    *) echo "usage: $0 up|down|env|releases [--slurm RELEASE]" >&2; exit 2 ;;
+    *) echo "usage: $0 up|down [--all]|env|releases [--slurm RELEASE]" >&2; exit 2 ;;
 esac

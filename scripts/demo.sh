@@ -75,3 +75,4 @@ if [ "${WITH_ENGINES:-1}" = 1 ]; then
             sh -c "echo \"$PODMAN_MSG\"")
     show_job
 fi
+echo "== the cluster and the engines keep running: scripts/cluster.sh down --all stops them =="

@@ -5,7 +5,10 @@
 #   scripts/engines.sh up     write the engine configuration from docs/docker.md and
 #                             docs/podman.md, start a private dockerd, import a busybox
 #                             image into docker and into podman (root and the test user)
-#   scripts/engines.sh down   stop that dockerd
+#   scripts/engines.sh down   stop that dockerd (and its containerd)
+#   scripts/engines.sh down --all
+#                             also stop the pause process of the test user's rootless
+#                             podman
 #   scripts/engines.sh env    print the environment the engine tests use
 #
 # The configuration files are the blocks of the docs (scripts/doc-block.sh), with the
@@ -169,14 +172,74 @@ sweep() {
     done
 }
 
-down() {
+running() {  # PID: the process exists and is not a zombie
+    local stat
+    read -r stat 2>/dev/null < "/proc/$1/stat" || return 1
+    stat=${stat##*) }
+    [ "${stat%% *}" != Z ]
+}
+
+wait_gone() {  # SECONDS PID...: true once no PID exists any more (a zombie reaped too)
+    local end=$((SECONDS + $1)) p left; shift
+    while :; do
+        left=0
+        for p; do [ -e "/proc/$p" ] && left=1; done
+        [ "$left" = 0 ] && return 0
+        [ "$SECONDS" -lt "$end" ] || return 1
+        sleep 0.1
+    done
+}
+
+stop() {  # WHAT PID...: SIGTERM, SIGKILL after 30 s; back once each is gone
+    local what=$1 p pids=(); shift
+    for p; do running "$p" && pids+=("$p"); done
+    [ ${#pids[@]} -gt 0 ] || return 0
+    log "stopping $what (pid ${pids[*]})"
+    kill -TERM "${pids[@]}" 2>/dev/null || true
+    wait_gone 30 "${pids[@]}" && return 0
+    for p in "${pids[@]}"; do
+        if running "$p"; then
+            log "$what: pid $p still running after 30 s: SIGKILL"
+            kill -KILL "$p" 2>/dev/null || true
+        fi
+    done
+    wait_gone 5 "${pids[@]}" && return 0
+    # a zombie's parent reaps it; the daemons' parent is init, or test.sh (a subreaper)
+    log "$what: pid $(for p in "${pids[@]}"; do [ -e "/proc/$p" ] && printf '%s ' "$p"; done)not reaped by its parent yet"
+}
+
+ours() {  # PIDFILE PATTERN: the pid of the file when its command line has PATTERN
     local pid
-    pid=$(cat "$DOCKER/docker.pid" 2>/dev/null || true)
-    # only our dockerd: a pid file left from an earlier boot may name another process now
-    if [ -n "$pid" ] && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$DOCKER/"; then
-        kill "$pid" 2>/dev/null || true
-        for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    fi
+    pid=$(cat "$1" 2>/dev/null || true)
+    # a pid file left from an earlier boot (CI runs on a copy of this machine) may name
+    # another process now
+    [ -n "$pid" ] && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$2" && echo "$pid"
+    return 0
+}
+
+down() {
+    local shims
+    # dockerd stops its containers and its containerd
+    # shellcheck disable=SC2046
+    stop dockerd $(ours "$DOCKER/docker.pid" "$DOCKER/")
+    # shellcheck disable=SC2046
+    stop containerd $(ours "$DOCKER/exec/containerd/containerd.pid" "$DOCKER/exec")
+    # the shims of containers a killed containerd left: one argument of their command line
+    # is its socket
+    shims=$(grep -lszxF -- "$DOCKER/exec/containerd/containerd.sock" /proc/[0-9]*/cmdline | cut -d/ -f3 || true)
+    # shellcheck disable=SC2086
+    stop "containerd shims" $shims
+}
+
+down_podman() {
+    # the rootless podman of the test user keeps a pause process (catatonit) holding its
+    # user namespace; podman starts it again when it needs it
+    local uid pid
+    uid=$(id -u "$TEST_USER" 2>/dev/null) || return 0
+    pid=$(cat "/run/user/$uid/libpod/tmp/pause.pid" 2>/dev/null || true)
+    [ -n "$pid" ] && [ "$(stat -c %u "/proc/$pid" 2>/dev/null)" = "$uid" ] &&
+        [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = catatonit ] || return 0
+    stop "rootless podman pause process of $TEST_USER" "$pid"
 }
 
 case "${1:-up}" in
@@ -190,11 +253,14 @@ case "${1:-up}" in
         sweep
         log "engines up: DOCKER_HOST=unix://$DOCKER_SOCK CONTAINERS_CONF=$PODMAN_CONF image $IMAGE"
         ;;
-    down) down ;;
+    down)
+        down
+        if [ "${2:-}" = --all ]; then down_podman; fi
+        ;;
     env)
         echo "DOCKER_HOST=unix://$DOCKER_SOCK"
         echo "CONTAINERS_CONF=$PODMAN_CONF"
         echo "SCRUN_TEST_IMAGE=$IMAGE"
         ;;
-    *) echo "usage: $0 up|down|env" >&2; exit 2 ;;
+    *) echo "usage: $0 up|down [--all]|env" >&2; exit 2 ;;
 esac

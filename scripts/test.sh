@@ -16,7 +16,36 @@
 # release, the multi-node tests (tests/e2e/test_multinode.py) then run against that
 # release's 3-node cluster
 # (scripts/cluster.sh up --slurm R --nodes 3), with the pytest args that are not paths.
+# Once a release's tests are done, its clusters are stopped (scripts/cluster.sh down).
+#
+# The run stops what it started at its end, on success, on failure and on Ctrl-C or
+# SIGTERM: the pytest run under way (SIGINT, as Ctrl-C, so that its fixtures tear down),
+# the background builds, every cluster with its engines and munged (scripts/cluster.sh
+# down --all).  Then scripts/leftovers.sh lists and ends every process the run started that
+# still runs: a failure under CI=true, a warning otherwise.  The run's processes are those
+# with SCRUN_PY_TEST_RUN=<the run's id> in their environment and those in the cgroup v2
+# directory scrun-py-test-<pid> that test.sh makes below its own cgroup and moves into
+# (where cgroup v2 is mounted and writable).
+#
+#   SCRUN_TEST_DRY_RUN=N scripts/test.sh --slurm R
+#       every pytest run is replaced by `sleep N`: the clusters go up and down and the
+#       leftover check runs, no test does (a check of this script's start and stop)
 set -euo pipefail
+# test.sh is a child subreaper (prctl PR_SET_CHILD_SUBREAPER, kept across exec): a daemon
+# that its commands start and that leaves its parent (a double fork) becomes test.sh's
+# child, and test.sh reaps it once it is stopped, whatever the machine's init does
+if [ "${SCRUN_PY_TEST_PID:-}" != $$ ]; then
+    SCRUN_PY_TEST_PID=$$
+    SCRUN_PY_TEST_RUN=$(cat /proc/sys/kernel/random/uuid)
+    export SCRUN_PY_TEST_PID SCRUN_PY_TEST_RUN
+    if [ -x /usr/bin/python3 ]; then
+        exec /usr/bin/python3 -c 'import ctypes, os, sys
+if ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER
+    sys.exit("test.sh: prctl(PR_SET_CHILD_SUBREAPER): " + os.strerror(ctypes.get_errno()))
+os.execv("/bin/bash", ["bash", *sys.argv[1:]])' "$0" "$@"
+    fi
+    echo "[test] no /usr/bin/python3: test.sh is not a subreaper" >&2
+fi
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"
 ONLY=""
@@ -35,6 +64,22 @@ MULTINODE=tests/e2e/test_multinode.py
 read -r -a FULL_SUITE_RELEASES <<<"${SCRUN_FULL_SUITE_RELEASES:-26.05}"
 is_full() { local r; for r in "${FULL_SUITE_RELEASES[@]}"; do [ "$r" = "$1" ] && return 0; done; return 1; }
 
+# A pytest run goes in the background (FG) and is waited for: bash runs a trap only once
+# the command in its foreground has ended, but interrupts `wait` for it.  The run is
+# `timeout`, in a process group of its own, which passes SIGINT and SIGTERM on to pytest.
+FG=""
+exec_pytest() {  # [pytest args...]: in the subshell with the cluster's environment
+    if [ -n "${SCRUN_TEST_DRY_RUN:-}" ]; then exec sleep "$SCRUN_TEST_DRY_RUN"; fi
+    exec timeout "${SCRUN_TEST_TIMEOUT:-4800}" "$SCRUN_TEST_VENV/bin/python" -m pytest \
+        -p no:cacheprovider "$@"
+}
+wait_fg() {
+    local rc=0
+    wait "$FG" || rc=$?
+    FG=""
+    return "$rc"
+}
+
 run_on() {  # RELEASE [pytest args...]: the one-node cluster, without the multi-node tests
     local rel=$1; shift
     "$REPO/scripts/cluster.sh" up --slurm "$rel"
@@ -45,9 +90,10 @@ run_on() {  # RELEASE [pytest args...]: the one-node cluster, without the multi-
         if [ "$SCRUN_TEST_PYSLURM" = 1 ]; then export SCRUN_PY_SLURM_BACKEND=pyslurm; fi
         echo "[test] Slurm $rel (backend ${SCRUN_PY_SLURM_BACKEND:-auto}): pytest $*" >&2
         # under CI=true a skipped end-to-end test is a failure (tests/e2e/conftest.py)
-        timeout "${SCRUN_TEST_TIMEOUT:-4800}" "$SCRUN_TEST_VENV/bin/python" -m pytest \
-            -p no:cacheprovider --ignore="$MULTINODE" "$@"
-    )
+        exec_pytest --ignore="$MULTINODE" "$@"
+    ) <&0 &
+    FG=$!
+    wait_fg
 }
 
 run_multinode_on() {  # RELEASE [pytest args...]: the release's 3-node cluster
@@ -58,14 +104,73 @@ run_multinode_on() {  # RELEASE [pytest args...]: the release's 3-node cluster
     (
         eval "$("$REPO/scripts/cluster.sh" env --slurm "$rel" --nodes 3 | sed 's/^/export /')"
         echo "[test] Slurm $rel, 3 nodes: pytest ${opts[*]} $MULTINODE" >&2
-        timeout "${SCRUN_TEST_TIMEOUT:-4800}" "$SCRUN_TEST_VENV/bin/python" -m pytest \
-            -p no:cacheprovider "${opts[@]}" "$MULTINODE"
-    )
+        exec_pytest "${opts[@]}" "$MULTINODE"
+    ) <&0 &
+    FG=$!
+    wait_fg
+}
+
+down_release() {  # RELEASE: its clusters, once its tests are done (memory for the next)
+    "$REPO/scripts/cluster.sh" down --slurm "$1" || true
+    "$REPO/scripts/cluster.sh" down --slurm "$1" --nodes 3 || true
+}
+
+CGROUP_FROM=""
+SCRUN_PY_TEST_CGROUP=""
+PREBUILD=""
+# shellcheck disable=SC2317  # the EXIT trap's
+cleanup() {
+    local rc=$?
+    set +e
+    trap - EXIT
+    # the clean-up runs to its end: a second Ctrl-C does not cut it short
+    trap '' INT TERM
+    if [ -n "$FG" ]; then
+        echo "[test] stopping the pytest run (SIGINT)" >&2
+        kill -INT "$FG" 2>/dev/null
+        for _ in $(seq 1 600); do kill -0 "$FG" 2>/dev/null || break; sleep 0.1; done
+        if kill -0 "$FG" 2>/dev/null; then
+            echo "[test] the pytest run still runs after 60 s: SIGKILL" >&2
+            kill -KILL -- -"$FG" "$FG" 2>/dev/null
+        fi
+        wait "$FG" 2>/dev/null
+    fi
+    if [ -n "$PREBUILD" ]; then
+        # its process group: the loop, slurm-build.sh and the compilers it runs
+        kill -TERM -- -"$PREBUILD" 2>/dev/null
+        wait "$PREBUILD" 2>/dev/null
+    fi
+    "$REPO/scripts/cluster.sh" down --all || echo "[test] cluster.sh down --all failed" >&2
+    "$REPO/scripts/leftovers.sh" --kill || rc=$((rc == 0 ? 1 : rc))
+    if [ -n "$SCRUN_PY_TEST_CGROUP" ]; then
+        echo $$ 2>/dev/null > "$CGROUP_FROM/cgroup.procs"
+        for _ in $(seq 1 50); do rmdir "$SCRUN_PY_TEST_CGROUP" 2>/dev/null && break; sleep 0.1; done
+    fi
+    echo "[test] wall time: $(( $(date +%s) - start )) s" >&2
+    exit "$rc"
 }
 
 rc=0
 start=$(date +%s)
-trap 'echo "[test] wall time: $(( $(date +%s) - start )) s" >&2' EXIT
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+# the run's cgroup: a child of test.sh's own cgroup v2 (its limits stay), where writable
+for root in /sys/fs/cgroup /sys/fs/cgroup/unified; do
+    [ "$(stat -fc %T "$root" 2>/dev/null)" = cgroup2fs ] || continue
+    from=$root$(sed -n 's/^0:://p' /proc/self/cgroup)
+    from=${from%/}
+    if mkdir "$from/scrun-py-test-$$" 2>/dev/null &&
+       echo $$ 2>/dev/null > "$from/scrun-py-test-$$/cgroup.procs"; then
+        CGROUP_FROM=$from
+        SCRUN_PY_TEST_CGROUP=$from/scrun-py-test-$$
+    else
+        rmdir "$from/scrun-py-test-$$" 2>/dev/null || true
+    fi
+    break
+done
+export SCRUN_PY_TEST_CGROUP
+
 if [ -n "$ONLY" ]; then
     run_on "$ONLY" "$@" || rc=$?
     run_multinode_on "$ONLY" "$@" || rc=$?
@@ -81,22 +186,27 @@ if [ "${SCRUN_PREBUILD:-1}" = 1 ] && [ ${#RELEASES[@]} -gt 1 ]; then
     for rel in "${RELEASES[@]:1}"; do is_full "$rel" && order+=("$rel"); done
     for rel in "${RELEASES[@]:1}"; do is_full "$rel" || order+=("$rel"); done
     mkdir -p /var/tmp/scrun-py-test
-    (for rel in "${order[@]}"; do
-        nice -n 19 "$REPO/scripts/slurm-build.sh" "$rel" || echo "[test] background build of $rel failed" >&2
-     done) >/var/tmp/scrun-py-test/prebuild.log 2>&1 &
+    # in a session of its own, so that the clean-up ends its whole process group
+    setsid bash -c 'for rel in "${@:2}"; do
+        nice -n 19 "$1/scripts/slurm-build.sh" "$rel" || echo "[test] background build of $rel failed" >&2
+    done' prebuild "$REPO" "${order[@]}" >/var/tmp/scrun-py-test/prebuild.log 2>&1 &
+    PREBUILD=$!
     echo "[test] building ${order[*]} in the background (log: /var/tmp/scrun-py-test/prebuild.log)" >&2
 fi
 run_on "${RELEASES[0]}" "$@" || rc=$?
 run_multinode_on "${RELEASES[0]}" "$@" || rc=$?
+down_release "${RELEASES[0]}"
 # the whole-suite releases first: a failure there matters most
 for rel in "${RELEASES[@]:1}"; do
     is_full "$rel" || continue
     run_on "$rel" "$@" || rc=$?
     run_multinode_on "$rel" "$@" || rc=$?
+    down_release "$rel"
 done
 for rel in "${RELEASES[@]:1}"; do
     is_full "$rel" && continue
     run_on "$rel" "$@" "${RELEASE_SUITE[@]}" || rc=$?
     run_multinode_on "$rel" "$@" || rc=$?
+    down_release "$rel"
 done
 exit $rc

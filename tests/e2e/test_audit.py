@@ -3,8 +3,10 @@ real syslog daemon (rsyslogd, tag scrun-py)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -33,11 +35,39 @@ def _syslog_listening() -> bool:
 
 
 @pytest.fixture(scope="module")
-def rsyslogd() -> Path:
-    if not _syslog_listening():  # rsyslog is installed by scripts/cluster.sh
+def rsyslogd() -> Iterator[Path]:
+    started = not _syslog_listening()
+    if started:  # rsyslog is installed by scripts/cluster.sh
         subprocess.run(["rsyslogd"], check=True)
         time.sleep(0.5)
-    return SYSLOG
+    yield SYSLOG
+    if started:
+        _stop_rsyslogd()
+
+
+def _stop_rsyslogd() -> None:
+    """The rsyslogd the fixture started (its pid file is /run/rsyslogd.pid): SIGTERM,
+    SIGKILL after 10 s, reaped where it is this process's child (the session is a child
+    subreaper, tests/e2e/conftest.py), waited for until it is gone (20 s at most)."""
+    try:
+        pid = int(Path("/run/rsyslogd.pid").read_text().strip())
+        if Path(f"/proc/{pid}/exe").resolve().name != "rsyslogd":
+            return
+        os.kill(pid, signal.SIGTERM)
+    except (OSError, ValueError):
+        return
+    start = time.monotonic()
+    killed = False
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < start + 20:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass  # not this process's child: its parent reaps it
+        if not killed and time.monotonic() > start + 10:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+            killed = True
+        time.sleep(0.1)
 
 
 def _syslog_lines(path: Path, cid: str) -> list[str]:
