@@ -114,9 +114,11 @@ class BackendContract:
             end(world, alloc)
 
     def test_cancel_unknown_job(self, world: World) -> None:
-        """Cancelling a job (or step) Slurm does not know is not an error."""
+        """Cancelling a job (or step) Slurm does not know is not an error (no exception)
+        and makes no job: Slurm still does not know it."""
         world.backend.cancel(world.unknown_job)
         world.backend.cancel(world.unknown_job, 0)
+        assert world.backend.job_info(world.unknown_job) is None
 
     def test_step_id_signal_cancel(self, world: World) -> None:
         """The container step: its id once it runs; a TERM ends it; cancelling the step
@@ -142,8 +144,14 @@ class BackendContract:
             end(world, alloc)
 
     def test_helper_argvs(self, world: World) -> None:
-        """A command on every node is an argv; a kill command is an argv or None."""
-        argv = world.backend.command_argv(4, "true")
+        """A command on every node is an argv of strings that names the job and ends with
+        the command; the abandon script is one line that names the job, or None."""
+        job = 424242
+        argv = world.backend.command_argv(job, "true")
         assert argv and all(isinstance(a, str) for a in argv)
-        kill = world.backend.abandon_script(Allocation(4, {}, True), 0)
-        assert kill is None or kill.endswith("\n")
+        assert "true" == argv[-1]
+        assert any(str(job) in a for a in argv[:-1]), argv
+        kill = world.backend.abandon_script(Allocation(job, {}, True), 0)
+        if kill is not None:
+            assert kill.endswith("\n") and "\n" not in kill[:-1], kill
+            assert str(job) in kill, kill

@@ -78,8 +78,7 @@ def slurm_env(**extra: str) -> dict[str, str]:
 def cluster() -> Path:
     problem = _cluster_problem()
     if problem:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"required end-to-end test cannot run under CI=true: {problem}")
+        # under CI=true this skip fails: it is not on the allow-list (tests/conftest.py)
         pytest.skip(problem)
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)

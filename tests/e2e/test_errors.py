@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import Env, run_in_work, traces
+from tests.e2e.conftest import (
+    Env,
+    anchor_processes,
+    leftovers,
+    run_in_work,
+    squeue,
+    traces,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -26,6 +33,14 @@ def _assert_clean_failure(env: Env, created_rc: int, stderr: str, cid: str,
     assert not (env.root / cid).exists()
     # only this test's jobs: other sessions may run jobs as the same user meanwhile
     assert [] == traces(env, cid)
+
+
+def _jobs_from_work(env: Env) -> list[str]:
+    """Ids of the jobs, in any state, that a command run from this test's work dir made
+    (WorkDir == env.work: other sessions may run jobs as the same user meanwhile)."""
+    rows = [line.split("|") for line in squeue("-u", env.user.name, "-t", "all",
+                                               "-o", "%i|%Z").splitlines()]
+    return sorted(r[0] for r in rows if len(r) == 2 and r[1] == str(env.work))
 
 
 class TestBadCreate:
@@ -102,15 +117,27 @@ class TestBadCreate:
 
     @pytest.mark.case("BI-28")
     def test_duplicate_id(self, env: Env) -> None:
-        """A second create with the same id fails with runc's message; the first survives."""
+        """A second create with the same id fails with runc's message and makes no job of
+        its own; the first survives (its record, its anchor, its one job), and once it is
+        deleted nothing is left."""
         bundle = env.bundle(["true"])
         first = env.create("dup", bundle)
         assert 0 == first.rc, first.stderr()
+        job = first.job_id()
+        record = (env.root / "dup" / "state.json").read_bytes()
+        jobs = _jobs_from_work(env)
         res = run_in_work(env, "create", "--bundle", str(bundle.path), "dup")
         assert 0 != res.returncode
         assert "container with given ID already exists" in res.stderr
         assert "created" == env.state("dup")["status"]
-        assert 0 == env.run("delete", "dup").returncode
+        assert record == (env.root / "dup" / "state.json").read_bytes()
+        assert [first.pid] == anchor_processes(env)
+        assert jobs == _jobs_from_work(env)
+        assert "RUNNING" == squeue("-j", str(job), "-o", "%T").strip()
+        assert 0 == run_in_work(env, "delete", "dup").returncode
+        first.wait_exit()
+        assert [] == traces(env, "dup")
+        assert [] == leftovers(env, "dup", [job])
 
     @pytest.mark.parametrize("bad_id", [
         pytest.param("a/b", marks=pytest.mark.case("BI-29")),
@@ -125,6 +152,7 @@ class TestBadCreate:
         assert 0 != res.returncode
         assert "invalid container ID format" in res.stderr
         assert not env.root.exists() or [] == list(env.root.iterdir())
+        assert [] == traces(env)
 
 
 class TestUnknownId:
@@ -132,13 +160,19 @@ class TestUnknownId:
                                       ["delete"]])
     @pytest.mark.case("BI-26")
     def test_unknown_id(self, env: Env, verb: list[str]) -> None:
-        """Every verb on an unknown id says `container does not exist` and logs it."""
-        res = env.run(*verb, "ghost")
+        """Every verb on an unknown id says `container does not exist` and logs it, and
+        makes nothing."""
+        res = run_in_work(env, *verb, "ghost")
         assert 0 != res.returncode
         assert "container does not exist" in res.stderr
         assert "container does not exist" == env.errors()[-1]["msg"]
+        assert [] == traces(env, "ghost")
 
     @pytest.mark.case("BI-27")
     def test_delete_force_unknown_id_succeeds(self, env: Env) -> None:
-        """delete --force of an unknown id succeeds, as runc's does."""
-        assert 0 == env.run("delete", "--force", "ghost").returncode
+        """delete --force of an unknown id succeeds silently, as runc's does, and makes
+        nothing."""
+        res = run_in_work(env, "delete", "--force", "ghost")
+        assert (0, "", "") == (res.returncode, res.stdout, res.stderr)
+        assert [] == env.errors()
+        assert [] == traces(env, "ghost")

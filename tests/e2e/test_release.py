@@ -246,10 +246,12 @@ class TestCreateStartMode:
         # run mode (RunTimeRun) is the one that gives engines the container's exit code
         assert 0 == rc
 
+    # root only: create/start mode cannot start an ordinary user's container
+    # (test_runs_with_the_tasks_stdio_but_loses_the_exit_code shows it for both)
+    @pytest.mark.parametrize("env", ["root"], indirect=True)
     def test_kill_reaches_the_created_container(self, env: Env) -> None:
-        if env.user.uid != 0:
-            pytest.skip("create/start mode cannot start an ordinary user's container "
-                        "(test_runs_with_the_tasks_stdio_but_loses_the_exit_code shows it)")
+        """`kill` reaches a container that create/start mode created: its TERM trap runs."""
+        assert 0 == env.user.uid
         trap = 'trap "echo TERM; exit 3" TERM; echo started; while :; do sleep 0.2; done'
         with _cluster_oci_conf(CREATE_START_OCI_CONF):
             created, job = _started(env, "cskill",

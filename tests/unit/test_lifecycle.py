@@ -393,11 +393,22 @@ class TestDelete:
         run(body)
 
     def test_stopped(self, tmp_path: Path) -> None:
+        """delete and delete --force of a stopped container are not refused, return at
+        once and change nothing: still stopped with its exit code, the stopped record
+        kept, no Slurm call and no hook run again."""
         def body() -> None:
             h = Harness(tmp_path)
             h.drive(Phase.STOPPED)
+            record = h.state()
+            calls, hooks = list(h.fake.calls), list(h.hooks.calls)
             h.lc.delete(False)
             h.lc.delete(True)
+            assert [(Phase.STOPPED, Event.DELETE, Phase.STOPPED),
+                    (Phase.STOPPED, Event.DELETE_FORCE, Phase.STOPPED)] == h.lc.trace[-2:]
+            assert (Phase.STOPPED, 143) == (h.lc.phase, h.lc.wait_stopped())
+            assert ("stopped", 143) == (record["status"], record["exit_code"])
+            assert record == h.state()
+            assert (calls, hooks) == (h.fake.calls, h.hooks.calls)
 
         run(body)
 

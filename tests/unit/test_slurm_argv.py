@@ -2,8 +2,9 @@
 
 Each record in tests/golden/ is the exact argv (JSON, one element per line) or
 shell command of one builder call.  A missing record is written on first run
-(the test passes and says so); a mismatch fails with a line diff.  When a change
-is intended, delete the record and run the test again.
+(the test passes and says so), except under CI=true, where a missing record fails
+and nothing is written; a mismatch fails with a line diff.  When a change is
+intended, delete the record and run the test again (without CI=true).
 """
 
 # Expected value first, as everywhere in our tests (hence SIM300 is off for tests/).
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -36,10 +38,16 @@ def render_record(title: str, value: Rendered) -> str:
     return f"# {title}\n{body}\n"
 
 
-def check_golden(directory: Path, name: str, text: str, note: Callable[[str], None]) -> None:
-    """Compare `text` with `<directory>/<name>.txt`, creating the record if it is missing."""
+def check_golden(directory: Path, name: str, text: str, note: Callable[[str], None], *,
+                 create: bool) -> None:
+    """Compare `text` with `<directory>/<name>.txt`; a missing record is created when
+    `create` is true, a failure otherwise."""
     path = directory / f"{name}.txt"
     if not path.exists():
+        if not create:
+            pytest.fail(f"golden record missing: {path} (records are not created under "
+                        "CI=true: run the test without it, review the record, commit it)",
+                        pytrace=False)
         directory.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
         note(f"golden record created: {path} (review it, then commit it)")
@@ -55,6 +63,11 @@ def check_golden(directory: Path, name: str, text: str, note: Callable[[str], No
                 pytrace=False)
 
 
+def creates_records() -> bool:
+    """Whether a missing golden record is written: never under CI=true."""
+    return os.environ.get("CI") != "true"
+
+
 @pytest.fixture
 def golden(capsys: pytest.CaptureFixture[str]) -> Callable[[str, str, Rendered], None]:
     def note(msg: str) -> None:
@@ -62,7 +75,8 @@ def golden(capsys: pytest.CaptureFixture[str]) -> Callable[[str, str, Rendered],
             sys.stdout.write(f"\n{msg}\n")
 
     def check(name: str, title: str, value: Rendered) -> None:
-        check_golden(GOLDEN_DIR, name, render_record(title, value), note)
+        check_golden(GOLDEN_DIR, name, render_record(title, value), note,
+                     create=creates_records())
 
     return check
 
@@ -165,23 +179,42 @@ class TestGoldenHelper:
     def test_creates_missing_record(self, tmp_path: Path) -> None:
         """A missing record is written, the check passes, and a note names the file."""
         notes: list[str] = []
-        check_golden(tmp_path, "rec", "a\nb\n", notes.append)
+        check_golden(tmp_path, "rec", "a\nb\n", notes.append, create=True)
         assert "a\nb\n" == (tmp_path / "rec.txt").read_text()
         assert 1 == len(notes)
         assert str(tmp_path / "rec.txt") in notes[0]
+
+    def test_missing_record_fails_when_not_creating(self, tmp_path: Path) -> None:
+        """Without `create` (CI=true) a missing record fails, naming the file, and
+        nothing is written."""
+        notes: list[str] = []
+        with pytest.raises(pytest.fail.Exception) as info:
+            check_golden(tmp_path / "golden", "rec", "a\nb\n", notes.append, create=False)
+        assert f"golden record missing: {tmp_path / 'golden' / 'rec.txt'}" in str(info.value)
+        assert ([], []) == (notes, list(tmp_path.iterdir()))
+
+    @pytest.mark.parametrize(("ci", "create"), [("true", False), ("", True), (None, True)])
+    def test_records_are_never_created_under_ci(self, monkeypatch: pytest.MonkeyPatch,
+                                                ci: str | None, create: bool) -> None:
+        """The golden fixture creates a missing record except under CI=true."""
+        if ci is None:
+            monkeypatch.delenv("CI", raising=False)
+        else:
+            monkeypatch.setenv("CI", ci)
+        assert create is creates_records()
 
     def test_matching_record_passes(self, tmp_path: Path) -> None:
         """An identical record passes silently."""
         (tmp_path / "rec.txt").write_text("a\nb\n")
         notes: list[str] = []
-        check_golden(tmp_path, "rec", "a\nb\n", notes.append)
+        check_golden(tmp_path, "rec", "a\nb\n", notes.append, create=False)
         assert [] == notes
 
     def test_mismatch_shows_line_diff(self, tmp_path: Path) -> None:
         """A different output fails with a unified diff and says to delete the record."""
         (tmp_path / "rec.txt").write_text("a\nb\n")
         with pytest.raises(pytest.fail.Exception) as info:
-            check_golden(tmp_path, "rec", "a\nc\n", lambda _msg: None)
+            check_golden(tmp_path, "rec", "a\nc\n", lambda _msg: None, create=True)
         message = str(info.value)
         assert "-b\n" in message
         assert "+c\n" in message

@@ -11,6 +11,9 @@ from __future__ import annotations
 import os
 import socket
 import stat
+import subprocess
+import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -83,6 +86,31 @@ class TestValidateId:
         assert str(tmp_root / "c1") == spool.container_dir(tmp_root, "c1")
 
 
+NOBODY = 65534
+# ensure_root(argv[1]) in a child process: exit 3 with the message of a ScrunError
+ENSURE_ROOT = """
+import sys
+from scrun_py.base.errors import ScrunError
+from scrun_py.container import spool
+try:
+    spool.ensure_root(sys.argv[1])
+except ScrunError as exc:
+    print(exc)
+    sys.exit(3)
+"""
+
+
+def as_nobody(script: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`script` run by this Python as uid and gid 65534 without groups (the caller is root),
+    importing the scrun_py under test."""
+    package_root = Path(spool.__file__).resolve().parents[2]
+    return subprocess.run(
+        ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--",
+         sys.executable, "-c", script, *args],
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(package_root)}, cwd="/",
+        capture_output=True, text=True, timeout=60, check=False)
+
+
 class TestEnsureRoot:
     def test_creates_missing_root(self, tmp_path: Path) -> None:
         """A missing --root is created with its parents, itself mode 0700."""
@@ -91,9 +119,14 @@ class TestEnsureRoot:
         assert 0o700 == stat.S_IMODE(root.stat().st_mode)
 
     def test_existing_root(self, tmp_root: Path) -> None:
-        """An existing writable --root is accepted as is."""
+        """An existing writable --root is accepted as is: the same directory, its mode and
+        its content unchanged."""
+        (tmp_root / "c1").mkdir(mode=0o700)
+        before = tmp_root.stat()
         spool.ensure_root(tmp_root)
-        assert tmp_root.is_dir()
+        after = tmp_root.stat()
+        assert (before.st_ino, 0o700, ["c1"]) == (
+            after.st_ino, stat.S_IMODE(after.st_mode), os.listdir(tmp_root))
 
     def test_root_under_a_file(self, tmp_path: Path) -> None:
         """A --root below a regular file cannot be created, even by root."""
@@ -107,16 +140,29 @@ class TestEnsureRoot:
         with pytest.raises(ScrunError, match="file"):
             spool.ensure_root(tmp_path / "file")
 
-    @pytest.mark.skipif(os.geteuid() == 0, reason="root bypasses directory permissions")
     def test_not_writable(self, tmp_path: Path) -> None:
-        """A --root the user cannot write to is refused."""
-        root = tmp_path / "ro"
-        root.mkdir(mode=0o500)
-        try:
-            with pytest.raises(ScrunError, match="not writable"):
-                spool.ensure_root(root)
-        finally:
-            root.chmod(0o700)
+        """A --root the user cannot write to is refused, and nothing is made in it.  Root
+        is not stopped by directory permissions, so as root the check runs as the ordinary
+        uid 65534 (in a child process, in a directory of its own under /tmp)."""
+        if os.geteuid() != 0:
+            root = tmp_path / "ro"
+            root.mkdir(mode=0o500)
+            try:
+                with pytest.raises(ScrunError, match="not writable"):
+                    spool.ensure_root(root)
+                assert [] == os.listdir(root)
+            finally:
+                root.chmod(0o700)
+            return
+        with tempfile.TemporaryDirectory(prefix="scrun-py-spool-") as base:
+            os.chown(base, NOBODY, NOBODY)
+            root = Path(base, "ro")
+            root.mkdir(mode=0o500)
+            os.chown(root, NOBODY, NOBODY)
+            res = as_nobody(ENSURE_ROOT, str(root))
+            assert (3, "") == (res.returncode, res.stderr), res
+            assert "not writable" in res.stdout
+            assert [] == os.listdir(root)
 
 
     @pytest.mark.parametrize("mode", [0o777, 0o770, 0o1777, 0o702])
@@ -276,12 +322,16 @@ class TestSockets:
         assert 0o600 == stat.S_IMODE(mode)
 
     def test_rebind_replaces_stale_socket(self, listener: tuple[Path, socket.socket]) -> None:
-        """Binding again over a stale socket file (old anchor gone) succeeds."""
+        """Binding again over a stale socket file (old anchor gone) succeeds: a client now
+        reaches the new listener, through a socket file that is private again."""
         cdir, first = listener
         first.close()
-        with _bind(cdir) as again, _connect(cdir):
+        with _bind(cdir) as again, _connect(cdir) as client:
             conn, _ = again.accept()
-            conn.close()
+            with conn:
+                client.sendall(b"ping\n")
+                assert b"ping\n" == conn.recv(16)
+            assert 0o600 == stat.S_IMODE((cdir / spool.SOCKET_NAME).stat().st_mode)
 
     def test_connect_without_socket(self, long_root: Path) -> None:
         """Connecting where no socket file exists: no anchor runs."""
