@@ -89,7 +89,7 @@ run_on() {  # RELEASE [pytest args...]: the one-node cluster, without the multi-
         # that cannot be used fails every create instead of passing on the CLI
         if [ "$SCRUN_TEST_PYSLURM" = 1 ]; then export SCRUN_PY_SLURM_BACKEND=pyslurm; fi
         echo "[test] Slurm $rel (backend ${SCRUN_PY_SLURM_BACKEND:-auto}): pytest $*" >&2
-        # under CI=true a skipped end-to-end test is a failure (tests/e2e/conftest.py)
+        # under CI=true a skip not on tests/conftest.py's allow-list is a failure
         exec_pytest --ignore="$MULTINODE" "$@"
     ) <&0 &
     FG=$!
