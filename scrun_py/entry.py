@@ -37,7 +37,7 @@ def _exit(code: int) -> NoReturn:
 def main() -> NoReturn:
     argv = sys.argv[1:]
     if argv in _VERSION_ARGV:
-        from scrun_py import version_text
+        from scrun_py.base.version import version_text
 
         sys.stdout.write(version_text() + "\n")
         _exit(0)

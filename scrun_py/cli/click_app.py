@@ -14,13 +14,12 @@ from typing import Any, NoReturn
 
 import click
 
-from scrun_py import version_text
 from scrun_py.base import flags
 from scrun_py.base.errors import NotSupported
 from scrun_py.base.invocation import Invocation
+from scrun_py.base.version import version_text
 from scrun_py.cli import fast_path
 
-VERSION_TEXT = version_text()
 UNSUPPORTED = tuple(v.name for v in flags.VERBS if not v.supported)
 PROG = "scrun-py"
 _CONTEXT = {"help_option_names": ["-h", "--help", "-?"]}
@@ -28,7 +27,7 @@ _CONTEXT = {"help_option_names": ["-h", "--help", "-?"]}
 
 def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if value and not ctx.resilient_parsing:
-        click.echo(VERSION_TEXT)
+        click.echo(version_text())
         ctx.exit(0)
 
 
@@ -48,7 +47,9 @@ def _option(flag: flags.Flag) -> click.Option:
     if flag.value is None:
         return click.Option([*flag.names, flag.dest], is_flag=True, **common)
     kind: Any = {"int": int, "choice": click.Choice(list(flag.choices))}.get(flag.kind, str)
-    return click.Option([*flag.names, flag.dest], type=kind, metavar=flag.value,
+    # a choice's metavar is left to click, which lists the choices: [text|json]
+    return click.Option([*flag.names, flag.dest], type=kind,
+                        metavar=None if flag.choices else flag.value,
                         default=int(flag.default) if flag.kind == "int" and flag.default
                         else flag.default,
                         show_default=flag.default is not None and flag.kind != "int", **common)
@@ -99,16 +100,18 @@ def scrun(ctx: click.Context, /, **opts: Any) -> None:
       scrun-py --root /run/user/1000/scrun create --bundle ./bb --pid-file ./pid c1
       scrun-py --root /run/user/1000/scrun start c1
     """
+    if ctx.invoked_subcommand is not None or not opts["verbosity"]:
+        # before any verb acts, as on the click-free path; a lone -v is runc's --version,
+        # which does not open the log
+        fast_path.open_log(opts["log_path"])
     ctx.obj = inv = Invocation.resolve(
         root=opts["root"], log_path=opts["log_path"], log_format=opts["log_format"],
         debug=opts["debug"], verbosity=opts["verbosity"], slurm_conf=opts["slurm_conf"],
         log_level=opts["log_level"])
     fast_path.apply_table(inv, "", opts)
     if ctx.invoked_subcommand is None:
-        if opts["verbosity"]:
-            click.echo(VERSION_TEXT)
-            return
-        raise click.UsageError("command not provided")
+        # as runc: the version for a lone -v, else the help on stdout, exit 0
+        click.echo(version_text() if opts["verbosity"] else ctx.get_help())
 
 
 def _register_shared_verb(name: str) -> None:
@@ -143,7 +146,7 @@ def _doctor(inv: Invocation, as_json: bool) -> None:
 
 @_register_verb("version")
 def _version(inv: Invocation) -> None:
-    click.echo(VERSION_TEXT)
+    click.echo(version_text())
 
 
 @_register_verb("run")

@@ -165,6 +165,44 @@ def log_target(argv: list[str]) -> tuple[str | None, str]:
     return log_name, fmt
 
 
+def open_log(log_path: str | None) -> None:
+    """Fail unless --log (when given) can be appended to, as runc and crun do before the
+    verb acts: ScrunError `open log file PATH: REASON` (crun's words), exit status 1.
+    Otherwise the error record containerd and podman read back from the file would be
+    lost without a word.
+
+    The file is created (0644, as the records' writes create it), as runc and crun
+    create it.  An empty write catches a file that opens but refuses writes
+    (/proc/version opened by root, /dev/full); it writes nothing to a regular file.
+    `state` is polled: this costs one open, one write and one close, and only with --log.
+    """
+    if log_path is None:
+        return
+    import os
+
+    from scrun_py.base.invocation import log_file_name
+
+    name = log_file_name(log_path)
+    if name is None:
+        return  # syslog:/journald: forms: Invocation.resolve refuses them
+    try:
+        fd = os.open(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise _log_error("open", name, exc) from None
+    try:
+        os.write(fd, b"")
+    except OSError as exc:
+        raise _log_error("write", name, exc) from None
+    finally:
+        os.close(fd)
+
+
+def _log_error(what: str, name: str, exc: OSError) -> Exception:
+    from scrun_py.base.errors import ScrunError
+
+    return ScrunError(f"{what} log file {name}: {exc.strerror or exc}")
+
+
 def fatal(argv: list[str], msg: str, code: int) -> int:
     """The end of a failed command: one line on stderr, one error record in --log."""
     from scrun_py.base.invocation import log_file
@@ -192,6 +230,7 @@ def run(argv: list[str], call: Call) -> int:
     """Run a parsed command line; its exit status."""
     early = None
     try:
+        open_log(call.globals.get("log_path"))
         if call.verb == "create":
             from scrun_py.anchor.launch import EarlyAnchor
 

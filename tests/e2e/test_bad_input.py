@@ -326,12 +326,18 @@ class TestUsage:
         (["frobnicate", "a"], "No such command 'frobnicate'"),
         (["--bogus", "state", "a"], "No such option '--bogus'"),
         (["--log-format", "xml", "state", "a"], "Invalid value for '--log-format'"),
-        ([], "command not provided"),
     ])
     def test_bad_usage(self, env: Env, args: list[str], needle: str) -> None:
-        """Unknown verb, unknown global option, bad --log-format, no verb: exit 2."""
+        """Unknown verb, unknown global option, bad --log-format: exit 2."""
         # --log-format given twice: the last one (xml) is what click sees
         assert_failed(env, run_in_work(env, *args), needle, rc=2)
+
+    @pytest.mark.case("BI-40")
+    def test_no_verb_prints_the_help(self, env: Env) -> None:
+        """No verb at all: the help on stdout and exit 0, as runc does."""
+        res = run_in_work(env)
+        assert (0, "") == (res.returncode, res.stderr)
+        assert "--log-format [text|json]" in res.stdout
 
     @pytest.mark.case("BI-41")
     @pytest.mark.parametrize("verb", ["exec", "pause", "ps"])

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
+import socket
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,9 @@ from tests.e2e.conftest import REPO_ROOT, Env, slurm_release
 from tests.e2e.test_faults import _ctld
 
 pytestmark = pytest.mark.e2e
+
+#: a hang guard, not a speed target: doctor's commands share one 4 s deadline
+HANG_GUARD_S = 10
 
 
 def _doctor(env: Env, *args: str, conf: Path | None = None,
@@ -45,14 +51,42 @@ class TestDoctor:
         res = subprocess.run(user_env.cmd("doctor", log=False), env=user_env.user.env(),
                              capture_output=True, text=True, timeout=120)
         assert 0 == res.returncode
-        assert res.stdout.startswith("✔ Slurm client commands")
+        assert res.stdout.startswith("✔ slurm.conf")
         assert 13 == sum(1 for ln in res.stdout.splitlines() if ln[:1] in "✔✘!")
 
     def test_missing_slurm_conf(self, user_env: Env, tmp_path: Path) -> None:
-        """A slurm.conf that does not exist is fatal."""
+        """A slurm.conf that does not exist is fatal, and said to be the cause: the
+        checks that need it are skipped (srun and scontrol would retry reading it for
+        60 s), nothing blames srun."""
+        started = time.monotonic()
         rc, checks = _doctor(user_env, conf=Path("/nonexistent/slurm.conf"))
+        assert time.monotonic() - started < HANG_GUARD_S
         assert 1 == rc
-        assert "failed" == checks["slurm.conf"]["status"]
+        assert ("failed", "/nonexistent/slurm.conf: not found (from -f)") == (
+            checks["slurm.conf"]["status"], checks["slurm.conf"]["found"])
+        for name in ("Slurm client commands", "Slurm release", "slurmctld answering",
+                     "oci.conf"):
+            assert "skipped" == checks[name]["status"], checks[name]
+            assert "/nonexistent/slurm.conf: not found" in checks[name]["found"]
+        assert [] == [n for n, c in checks.items() if "srun" in c["fix"]]
+
+    def test_controller_on_unused_port(self, user_env: Env, conf_dir: Path) -> None:
+        """A slurm.conf naming a controller on a port nothing listens on: doctor ends
+        promptly and shows scontrol's DOWN line (not its banner of asterisks)."""
+        with socket.socket() as held:  # bound, not listening: connections are refused
+            held.bind(("127.0.0.1", 0))
+            conf = conf_dir / "slurm.conf"
+            conf.write_text(re.sub(r"(?m)^SlurmctldPort=.*$",
+                                   f"SlurmctldPort={held.getsockname()[1]}",
+                                   conf.read_text()))
+            started = time.monotonic()
+            rc, checks = _doctor(user_env, conf=conf)
+        assert time.monotonic() - started < HANG_GUARD_S
+        assert 1 == rc
+        ctld = checks["slurmctld answering"]
+        assert "failed" == ctld["status"]
+        assert ctld["found"].endswith(" is DOWN"), ctld
+        assert "SlurmctldPort" in ctld["fix"]
 
     def test_broken_oci_conf(self, user_env: Env, conf_dir: Path) -> None:
         """An oci.conf with an unknown key fails, naming the key."""
@@ -128,3 +162,4 @@ class TestDoctor:
             _ctld("start")
         assert 1 == rc
         assert "failed" == checks["slurmctld answering"]["status"]
+        assert checks["slurmctld answering"]["found"].endswith(" is DOWN")

@@ -407,7 +407,7 @@ def test_version_is_clicks() -> None:
 
     fast, slow = run("--version"), run("--debug", "version")
     assert (0, slow.stdout) == (fast.returncode, fast.stdout)
-    assert 3 == len(fast.stdout.splitlines())
+    assert 5 == len(fast.stdout.splitlines())
 
 
 class TestConsoleScript:

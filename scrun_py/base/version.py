@@ -1,0 +1,152 @@
+"""`--version`: runc's lines, adapted (the version, the commit of a source checkout, the
+OCI spec, then Python and the Slurm release found).  The numbers themselves have their
+one home in the package's __init__ (pyproject.toml reads __version__ from there)."""
+
+from __future__ import annotations
+
+from scrun_py import OCI_SPEC_VERSION, __version__
+
+# `--version` imports nothing beyond this package (tests/unit/test_imports.py): the
+# helpers below use os and time only, which every interpreter has loaded at start-up.
+#: how long `--version` waits for `srun --version`
+SLURM_PROBE_TIMEOUT_S = 2.0
+
+
+def version_text() -> str:
+    """runc's `--version` lines, adapted: version, commit, spec, then python and slurm
+    where runc has go and libseccomp.  go-runc reads the `commit:` and `spec:` lines;
+    dockerd takes any line containing the word "version" for the version line, so only
+    the first one may contain it."""
+    import sys
+
+    python = ".".join(str(n) for n in sys.version_info[:3])
+    return (f"scrun-py version {__version__}\ncommit: {git_commit()}\n"
+            f"spec: {OCI_SPEC_VERSION}\npython: {python}\nslurm: {slurm_release()}")
+
+
+def git_commit(top: str | None = None) -> str:
+    """The commit checked out in the git work tree this package is imported from (an
+    editable install, or a run from the source tree); 'unknown' otherwise (a wheel).
+
+    Read from .git (HEAD, the loose ref, packed-refs): no git process.  `top` is the
+    directory holding scrun_py/ (this package's parent by default); it counts as the
+    source tree only with pyproject.toml beside it, so a package copied into some
+    other repository does not report that repository's commit."""
+    import os
+
+    if top is None:
+        top = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if not os.path.isfile(os.path.join(top, "pyproject.toml")):
+        return "unknown"
+    git_dir = os.path.join(top, ".git")
+    try:
+        if os.path.isfile(git_dir):  # a linked work tree or a submodule: "gitdir: PATH"
+            git_dir = os.path.join(top, _read(git_dir).removeprefix("gitdir:").strip())
+        head = _read(os.path.join(git_dir, "HEAD")).strip()
+        if not head.startswith("ref:"):
+            return head if _is_sha(head) else "unknown"  # a detached HEAD
+        ref = head.removeprefix("ref:").strip()
+        common = git_dir
+        if os.path.isfile(os.path.join(git_dir, "commondir")):  # a linked work tree
+            common = os.path.join(git_dir, _read(os.path.join(git_dir, "commondir")).strip())
+        for where in (git_dir, common):
+            try:
+                sha = _read(os.path.join(where, ref)).strip()
+            except OSError:
+                continue
+            if _is_sha(sha):
+                return sha
+        for line in _read(os.path.join(common, "packed-refs")).splitlines():
+            sha, _, name = line.partition(" ")
+            if name == ref and _is_sha(sha):
+                return sha
+    except (OSError, UnicodeDecodeError):
+        pass
+    return "unknown"
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="utf-8") as fh:
+        return fh.read()
+
+
+def _is_sha(text: str) -> bool:
+    return len(text) in (40, 64) and all(c in "0123456789abcdef" for c in text)
+
+
+def slurm_release(environ: dict[str, str] | None = None,
+                  timeout_s: float = SLURM_PROBE_TIMEOUT_S) -> str:
+    """The release `srun --version` reports (`22.05.8`), or 'unknown'.
+
+    srun is not run when $SLURM_CONF names a missing file: 22.05's srun then retries
+    reading it for 60 s, even for --version.  Otherwise it runs for at most `timeout_s`
+    (it reads slurm.conf, or asks DNS for a configless controller); it takes about 5 ms."""
+    import os
+
+    env = dict(os.environ if environ is None else environ)
+    conf = env.get("SLURM_CONF")
+    if conf and not os.path.isfile(conf):
+        return "unknown"
+    # PATH read here, not with os.get_exec_path, which imports warnings
+    dirs = env.get("PATH", os.defpath).split(os.pathsep)
+    srun = next((path for path in (os.path.join(d, "srun") for d in dirs if d)
+                 if os.path.isfile(path) and os.access(path, os.X_OK)), None)
+    if srun is None:
+        return "unknown"
+    status, out = _output([srun, "--version"], env, timeout_s)
+    words = out.decode(errors="replace").split()
+    # "slurm 22.05.8", "slurm-wlm 22.05.8": the release is the last word
+    if status != 0 or not words or not words[-1][:1].isdigit():
+        return "unknown"
+    return words[-1]
+
+
+def _output(argv: list[str], env: dict[str, str], timeout_s: float) -> tuple[int | None, bytes]:
+    """The exit status and stdout of `argv` (an absolute path first), or None for a status
+    when it could not start or ran past `timeout_s` (then its process group is killed).
+    Started with posix_spawn, not subprocess, whose import alone takes longer than srun."""
+    import os
+    import time
+
+    read_end, write_end = os.pipe2(os.O_CLOEXEC)
+    try:
+        null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            pid = os.posix_spawn(argv[0], argv, env, setsid=True,
+                                 file_actions=[(os.POSIX_SPAWN_DUP2, null, 0),
+                                               (os.POSIX_SPAWN_DUP2, write_end, 1),
+                                               (os.POSIX_SPAWN_DUP2, null, 2)])
+        finally:
+            os.close(null)
+    except OSError:
+        os.close(read_end)
+        return None, b""
+    finally:
+        os.close(write_end)
+    out = b""
+    deadline = time.monotonic() + timeout_s
+    try:
+        os.set_blocking(read_end, False)
+        while True:
+            try:
+                while chunk := os.read(read_end, 4096):
+                    out += chunk
+            except BlockingIOError:
+                pass
+            done, wait_status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                try:
+                    out += os.read(read_end, 4096)
+                except BlockingIOError:
+                    pass
+                return os.waitstatus_to_exitcode(wait_status), out
+            if time.monotonic() >= deadline:
+                try:
+                    os.killpg(pid, 9)  # SIGKILL: the signal module is not loaded here
+                except ProcessLookupError:
+                    pass
+                os.waitpid(pid, 0)
+                return None, out
+            time.sleep(0.001)
+    finally:
+        os.close(read_end)
