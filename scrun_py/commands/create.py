@@ -168,23 +168,19 @@ def _bundle_info(inv: Invocation, container_id: str, loaded: Bundle,
 
 
 def _runtime_settings(inv: Invocation) -> dict[str, Any]:
-    """The oci.conf settings the anchor uses: read without pydantic when the file is
-    plain (oci_conf_syntax), else through the full model, which words any problem."""
-    from scrun_py.site.oci_conf_syntax import plain_settings, read_text
+    """The oci.conf settings the anchor uses (`RuntimeSettings`' fields): every key read
+    without pydantic (oci_conf_syntax.read_fields); a file that reader is not sure of
+    goes through the full model, which accepts it or words the problem."""
+    from scrun_py.site.oci_conf_syntax import read_fields, read_text
 
     path = os.path.join(os.path.dirname(inv.slurm_conf_file()), "oci.conf")
     text = read_text(path)
-    plain = plain_settings(text)
-    if plain is not None:
-        return plain
-    from scrun_py.site.oci_conf import parse_oci_conf
+    fields = read_fields(text)
+    if fields is None:
+        from scrun_py.site.oci_conf import parse_oci_conf
 
-    conf = parse_oci_conf(text, source=str(path))
-    return {"runtime_kill": conf.runtime_kill,
-            "ignore_file_config_json": conf.ignore_file_config_json,
-            "srun_path": conf.srun_path, "srun_args": list(conf.srun_args),
-            "stdio_debug": conf.stdio_debug, "file_debug": conf.file_debug,
-            "syslog_debug": conf.syslog_debug}
+        fields = parse_oci_conf(text, source=path).model_dump()
+    return {name: fields[name] for name in RuntimeSettings._fields}
 
 
 def _apply_policy(inv: Invocation, container_id: str, loaded: Bundle,

@@ -1,7 +1,10 @@
 """oci.conf: Slurm's ``Key=Value`` syntax parsed into a validated, frozen ``OciConf``.
 
-Owns parsing, validation and the one-line error summary.  Only ``load_oci_conf``
-touches the disk; nothing here expands patterns (``site/patterns.py``) or runs commands.
+Owns the full validation and the wording of its errors (one line each).  `create`
+reads oci.conf with ``oci_conf_syntax.read_fields`` (no pydantic) and comes here only for
+a file that reader is not sure of: this model then accepts it or words the problem.
+``scrun-py doctor`` reads oci.conf here.  Only ``load_oci_conf`` touches the disk;
+nothing here expands patterns (``site/patterns.py``) or runs commands.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from scrun_py.base.errors import OciConfError
 from scrun_py.base.flags import LADDER, level_word
 from scrun_py.site.oci_conf_syntax import CREATE_SET as _CREATE_SET
 from scrun_py.site.oci_conf_syntax import FALSE_WORDS as _FALSE_WORDS
+from scrun_py.site.oci_conf_syntax import HOOK_TYPES as _HOOK_TYPES
 from scrun_py.site.oci_conf_syntax import RUN_SET as _RUN_SET
 from scrun_py.site.oci_conf_syntax import TRUE_WORDS as _TRUE_WORDS
 from scrun_py.site.oci_conf_syntax import match_pair, read_text
@@ -25,13 +29,12 @@ from scrun_py.site.patterns import tokens_in, unknown_tokens
 
 Mode = Literal["run", "create-start", "ignore-config-json"]
 
-# OCI runtime-spec hook types (config.json "hooks" keys).
-_HOOK_TYPES = ("prestart", "createRuntime", "createContainer", "startContainer", "poststart",
-               "poststop")
 # CHANGELOG 23.02.0rc1; 22.05 slurmstepd fatals on these (checked on the test cluster).
-_ADDED_23_02 = ("DebugFlags", "DisableHooks", "EnvExclude", "FileDebug", "IgnoreFileConfigJson",
-                "MountSpoolDir", "RunTimeEnvExclude", "SrunArgs", "SrunPath", "StdIODebug",
-                "SyslogDebug")
+# DisableCleanup too: 22.05's read_oci_conf.c knows only ContainerPath, CreateEnvFile and
+# the RunTime* keys.
+_ADDED_23_02 = ("DebugFlags", "DisableCleanup", "DisableHooks", "EnvExclude", "FileDebug",
+                "IgnoreFileConfigJson", "MountSpoolDir", "RunTimeEnvExclude", "SrunArgs",
+                "SrunPath", "StdIODebug", "SyslogDebug")
 _TOKENS_ADDED = (("%p", (23, 2)), ("%U", (23, 2)), ("%Z", (26, 5)))
 
 _RUNTIME_FIELDS = (("runtime_create", "RunTimeCreate"), ("runtime_delete", "RunTimeDelete"),

@@ -302,6 +302,204 @@ class TestCreateStaysLean:
         assert "1 [[]]" == out.splitlines()[-1]
 
 
+CORPUS = Path(__file__).resolve().parent / "site_corpus"
+REPO = PACKAGE_DIR.parent
+#: never imported by `create` or the anchor, whatever the site's files say: pydantic
+#: (~115 ms), and what only importlib.metadata and pydantic bring along
+CORPUS_FORBIDDEN = ("pydantic", "pydantic_core", "importlib.metadata", "inspect", "email",
+                    "zipfile")
+# the modules of CORPUS_FORBIDDEN loaded, as a probe's expression
+_FORBIDDEN_NOW = (f"sorted(m for m in sys.modules if any(m == f or m.startswith(f + '.')"
+                  f" for f in {CORPUS_FORBIDDEN!r}))")
+
+
+def _user() -> str:
+    import os
+    import pwd
+
+    return pwd.getpwuid(os.getuid()).pw_name
+
+
+def _project_oci_confs() -> dict[str, str]:
+    """The project's own oci.conf files: oci.conf.example, the active block of it that
+    scripts/cluster.sh writes, and that block as cluster.sh rewrites it for a 22.05
+    cluster of several nodes."""
+    example = (REPO / "oci.conf.example").read_text(encoding="utf-8")
+    cluster_sh = (REPO / "scripts" / "cluster.sh").read_text(encoding="utf-8")
+    # cluster.sh: grep -v '^[[:space:]]*#' oci.conf.example | grep -v '^[[:space:]]*$'
+    assert "grep -v '^[[:space:]]*#' \"$REPO/oci.conf.example\"" in cluster_sh
+    active = "".join(line + "\n" for line in example.splitlines()
+                     if line.strip() and not line.lstrip().startswith("#"))
+    taskenv = "scrun_py.oci.taskenv %n %t %b -- "
+    assert taskenv in cluster_sh
+    multinode = active.replace('RunTimeRun="exec ',
+                               f'RunTimeRun="exec /opt/scrun-py/venv/bin/python -m {taskenv}')
+    assert multinode != active
+    return {"oci.conf.example": example, "cluster.sh": active,
+            "cluster.sh-22.05-nodes": multinode}
+
+
+OCI_CONFS = {**{p.name: p.read_text(encoding="utf-8")
+                for p in sorted((CORPUS / "oci").glob("*.conf"))}, **_project_oci_confs()}
+# scrun-py.toml, scrun.lua and plugstack.conf beside these oci.conf files
+WITH_SITE_FILES = ("24.11-crun-run.conf", "26.05-site-every-key.conf", "cluster.sh")
+
+
+class TestSiteCorpusStaysLean:
+    """`create` and the anchor on every oci.conf of the corpus (Slurm's documented
+    examples for each release we support, sites' files with every key, the project's
+    own), and with the other site files (scrun-py.toml with every table, a scrun.lua
+    whose hooks log, a plugstack.conf): none of CORPUS_FORBIDDEN is imported by `create`
+    when it hands the anchor its spec, nor by the anchor when salloc runs or once it has
+    run both hooks and written its audit record (the moments of
+    TestCreateStaysLean and TestAnchorStaysLean, on the spec create handed over)."""
+
+    @staticmethod
+    def _site(tmp_path: Path, oci_conf: str, site_files: bool) -> Path:
+        """A slurm.conf directory with `oci_conf` (and the corpus' site files); its
+        slurm.conf."""
+        etc = tmp_path / "etc"
+        etc.mkdir()
+        names = ["slurm.conf", *(["scrun-py.toml", "scrun.lua", "plugstack.conf"]
+                                 if site_files else [])]
+        for name in names:
+            text = (CORPUS / "site" / name).read_text(encoding="utf-8")
+            (etc / name).write_text(text.replace("@DIR@", str(tmp_path)))
+        if not site_files:  # slurm.conf names no plugstack.conf then
+            (etc / "slurm.conf").write_text("ClusterName=corpus\n")
+        (etc / "oci.conf").write_text(oci_conf)
+        return etc / "slurm.conf"
+
+    @staticmethod
+    def _bundle(tmp_path: Path) -> Path:
+        """A bundle as docker writes one (namespaces and capabilities: the corpus
+        policy rewrites it and lets it through)."""
+        import json
+
+        bundle = tmp_path / "bundle"
+        (bundle / "rootfs").mkdir(parents=True)
+        caps = ["CAP_CHOWN", "CAP_KILL", "CAP_NET_RAW"]
+        (bundle / "config.json").write_text(json.dumps({
+            "ociVersion": "1.0.2", "root": {"path": "rootfs"},
+            "process": {"args": ["true"], "env": ["PATH=/bin", "SLURM_SITE_OPTION=1"],
+                        "terminal": False, "cwd": "/",
+                        "capabilities": {"bounding": caps, "effective": caps,
+                                         "permitted": caps}},
+            "linux": {"namespaces": [{"type": t} for t in ("pid", "ipc", "uts", "mount",
+                                                           "network")]}}))
+        return bundle
+
+    def _create(self, tmp_path: Path, slurm_conf: Path, bundle: Path) -> tuple[
+            list[list[str]], str]:
+        """Run `create` as podman calls it up to its handover: the forbidden modules
+        loaded then, and the spec it handed over."""
+        import subprocess
+        import sys
+
+        code = (
+            "import sys\n"
+            "from scrun_py.anchor import launch\n"
+            "from scrun_py.cli import fast_path\n"
+            "seen, specs = [], []\n"
+            "def send(self, spec):\n"
+            f"    seen.append({_FORBIDDEN_NOW})\n"
+            "    specs.append(spec.to_json())\n"
+            "    raise OSError(5, 'stopped by the test')\n"
+            "launch.EarlyAnchor.send = send\n"
+            f"argv = ['-f', {str(slurm_conf)!r}, 'create', '--bundle', {str(bundle)!r}, 'c1']\n"
+            "rc = fast_path.run(argv, fast_path.parse(argv))\n"
+            "import json\n"
+            "print(json.dumps({'rc': rc, 'seen': seen, 'specs': specs}))\n")
+        (tmp_path / "run").mkdir()
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+               "XDG_RUNTIME_DIR": str(tmp_path / "run")}
+        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             check=True, env=env, cwd=tmp_path, timeout=60)
+        import json
+
+        out = json.loads(res.stdout.strip().splitlines()[-1])
+        assert 1 == out["rc"], res.stderr  # stopped at the handover, not before
+        assert 1 == len(out["specs"]), res.stderr
+        return out["seen"], out["specs"][0]
+
+    def _anchor(self, tmp_path: Path, spec: str) -> dict[str, list[str]]:
+        """The anchor on `spec`, as run_anchor prepares it (oci.conf's levels, SrunPath
+        and SrunArgs, scrun.lua), then salloc (a stand-in), both hooks and the audit
+        record: the forbidden modules loaded when salloc runs and at the end, and
+        ("ran") the hooks' class and whether stage_in ran."""
+        import json
+        import subprocess
+        import sys
+
+        salloc = tmp_path / "salloc"
+        salloc.write_text("#!/bin/sh\necho 'salloc: Granted job allocation 5' >&2\n"
+                          'while [ "$1" != "--" ]; do shift; done; shift\n'
+                          'SLURM_JOB_ID=5 exec "$@"\n')
+        salloc.chmod(0o755)
+        code = (
+            "import json, os, sys\n"
+            "from scrun_py.anchor.__main__ import _logger, _prepare, preload\n"
+            "preload()\n"
+            "from scrun_py.anchor.handoff import AnchorSpec\n"
+            "from scrun_py.base.threads import Cancel\n"
+            "from scrun_py.container import spool\n"
+            "from scrun_py.slurm.options import job_options\n"
+            "spec = AnchorSpec.from_json(sys.stdin.read())\n"
+            "spool.ensure_root(spec.root)\n"
+            "spool.make_container_dir(spec.root, spec.container_id)\n"
+            "log = _logger(spec, dict(os.environ))\n"
+            "lc = _prepare(spec, log)\n"
+            "backend = lc.backend\n"
+            f"backend._jobs._salloc = {str(salloc)!r}\n"
+            "seen = {}\n"
+            "def spawned():\n"
+            f"    seen['salloc'] = {_FORBIDDEN_NOW}\n"
+            "    backend._start_version_probe()\n"
+            "alloc = backend._jobs.allocate(job_options({}).alloc, dict(os.environ),"
+            " lambda j: None, 10, Cancel(), spawned=spawned)\n"
+            "lc.container.stage_in(alloc, os.getuid(), os.getgid(),"
+            " lambda cmd: backend.command_argv(alloc.job_id, cmd), Cancel())\n"
+            "seen['ran'] = [type(lc.container.hooks).__name__, str(lc.container.staged_in)]\n"
+            "lc.container.stage_out()\n"
+            "lc.container.audit_exit(0)\n"
+            "backend._version_known.wait(10)\n"
+            "backend.release(alloc, 0, 10)\n"
+            f"seen['end'] = {_FORBIDDEN_NOW}\n"
+            "print(json.dumps(seen))\n")
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+               "SCRUN_PY_SLURM_BACKEND": "cli"}
+        res = subprocess.run([sys.executable, "-c", code], input=spec, capture_output=True,
+                             text=True, check=True, env=env, cwd=tmp_path, timeout=60)
+        seen: dict[str, list[str]] = json.loads(res.stdout.strip().splitlines()[-1])
+        return seen
+
+    @pytest.mark.parametrize(("name", "site_files"), [
+        *((name, False) for name in OCI_CONFS), *((name, True) for name in WITH_SITE_FILES)],
+        ids=lambda v: v if isinstance(v, str) else ("site files" if v else "oci.conf only"))
+    def test_no_forbidden_module(self, tmp_path: Path, name: str, site_files: bool) -> None:
+        slurm_conf = self._site(tmp_path, OCI_CONFS[name], site_files)
+        seen, spec = self._create(tmp_path, slurm_conf, self._bundle(tmp_path))
+        assert [[]] == seen
+        anchor = self._anchor(tmp_path, spec)
+        hooks = ["LuaHooks", "True"] if site_files else ["NoHooks", "False"]
+        assert {"salloc": [], "end": [], "ran": hooks} == anchor
+        if site_files:  # the policy rewrote config.json, the anchor wrote its record
+            import json
+
+            config = json.loads((tmp_path / "bundle" / "config.json").read_text())
+            assert config["process"]["noNewPrivileges"]
+            assert '"event":"exit"' in (tmp_path / f"audit-{_user()}.log").read_text()
+
+    def test_the_corpus_is_there(self) -> None:
+        """The corpus holds each supported release's documented examples (in create/start
+        and in run mode) and the project's own files."""
+        releases = {name.split("-")[0] for name in OCI_CONFS if name[0].isdigit()}
+        assert {"22.05", "24.11", "25.11", "26.05"} == releases
+        for release in releases:
+            assert {f"{release}-crun-run.conf", f"{release}-runc-create.conf"} <= set(OCI_CONFS)
+        assert {"oci.conf.example", "cluster.sh"} <= set(OCI_CONFS)
+
+
 class TestNoClickVerbsStayLean:
     """`state` is polled and engines run `start` and `delete` once per container: the
     console script runs them without click, and imports for them no more than the
@@ -403,8 +601,9 @@ class TestNoClickVerbsStayLean:
         out, used = self._importtime(
             str(Path(__file__).resolve().parents[2] / "bin" / "scrun-py"), "--version")
         assert "scrun-py version" in out
-        assert set() == used - self._imported("pass") - {"scrun_py", "scrun_py.entry",
-                                                         "__future__"}
+        assert set() == used - self._imported("pass") - {
+            "scrun_py", "scrun_py.entry", "__future__",
+            "scrun_py.base", "scrun_py.base.version"}  # the lines --version prints
 
 
 class TestPyslurmIsLazy:

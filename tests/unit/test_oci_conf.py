@@ -366,6 +366,25 @@ class TestSupportedBy:
         ]
         assert (expected, []) == (conf.supported_by((22, 5)), conf.supported_by((23, 2)))
 
+    def test_disable_cleanup_on_22_05(self) -> None:
+        """DisableCleanup came with 23.02 too (22.05's slurmstepd knows ContainerPath,
+        CreateEnvFile and the RunTime* keys only)."""
+        conf = parse_oci_conf(RUN + "DisableCleanup=yes\n")
+        assert (["DisableCleanup: unknown to slurm 22.05 (added in 23.02); slurmstepd fatals"],
+                []) == (conf.supported_by((22, 5)), conf.supported_by((23, 2)))
+
+    @pytest.mark.parametrize("path", sorted(
+        (Path(__file__).resolve().parent / "site_corpus" / "oci").glob("*.conf")),
+        ids=lambda p: p.name)
+    def test_corpus_fits_its_release(self, path: Path) -> None:
+        """Each file of the corpus (named after the Slurm release whose documentation it
+        follows) has no problem on that release besides the keys that have no effect."""
+        release = tuple(int(part) for part in path.name.split("-")[0].split("."))
+        assert 2 == len(release)
+        conf = parse_oci_conf(path.read_text(encoding="utf-8"), source=path.name)
+        assert [] == [problem for problem in conf.supported_by((release[0], release[1]))
+                      if "has no effect" not in problem]
+
     def test_new_tokens(self) -> None:
         """``%U`` needs 23.02 and ``%Z`` needs 26.05."""
         conf = parse_oci_conf(RUN + 'RunTimeDelete="rm %U %Z"\n')
