@@ -135,11 +135,25 @@ def read_text(path: str | os.PathLike[str]) -> str:
         with open(path, encoding="utf-8") as fh:
             return fh.read()
     except FileNotFoundError:
-        raise OciConfError(f"oci.conf: not found: {path}") from None
+        raise OciConfError(missing_text(str(path))) from None
     except UnicodeDecodeError:
         raise OciConfError(f"{path}: not valid utf-8") from None
     except OSError as exc:
         raise OciConfError(f"oci.conf: cannot read {path}: {exc.strerror}") from None
+
+
+def missing_text(path: str) -> str:
+    """What a missing oci.conf means, and how to point scrun-py at a configuration: it
+    is read beside the slurm.conf in use, which may be missing too."""
+    import os
+
+    conf = os.path.join(os.path.dirname(path), "slurm.conf")
+    if os.path.exists(conf):
+        where = f"beside {conf}, the slurm.conf in use"
+    else:
+        where = f"beside the slurm.conf in use, and {conf} is missing too"
+    return (f"oci.conf: not found: {path} (it is read {where}; name another slurm.conf "
+            "with -f or SLURM_CONF)")
 
 
 def pairs(text: str) -> list[tuple[int, str, str]] | None:

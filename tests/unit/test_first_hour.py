@@ -284,3 +284,37 @@ class TestVersion:
         assert "version" in project["project"]["dynamic"]
         assert {"attr": "scrun_py.__version__"} == (
             project["tool"]["setuptools"]["dynamic"]["version"])
+
+
+def _bundle(tmp_path: Path) -> Path:
+    """A bundle create accepts (it is read before oci.conf)."""
+    bundle = tmp_path / "bundle"
+    (bundle / "rootfs").mkdir(parents=True)
+    (bundle / "config.json").write_text(
+        '{"ociVersion": "1.0.2", "process": {"args": ["true"], "cwd": "/"}, '
+        '"root": {"path": "rootfs"}}')
+    return bundle
+
+
+class TestNoConfiguration:
+    """create with no configuration names what is missing and how to point scrun-py at
+    a configuration, and leaves nothing behind."""
+
+    def test_nothing_at_all(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        conf = tmp_path / "etc" / "slurm.conf"
+        root = tmp_path / "root"
+        assert 1 == run(["--root", str(root), "-f", str(conf), "create", "--bundle",
+                         str(_bundle(tmp_path)), "c1"])
+        assert (f"scrun-py: oci.conf: not found: {tmp_path / 'etc' / 'oci.conf'} (it is read "
+                f"beside the slurm.conf in use, and {conf} is missing too; name another "
+                "slurm.conf with -f or SLURM_CONF)\n") == capsys.readouterr().err
+        assert not root.exists() or [] == os.listdir(root)
+
+    def test_slurm_conf_without_oci_conf(self, tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+        conf = tmp_path / "slurm.conf"
+        conf.write_text("ClusterName=c\n")
+        assert 1 == run(["--root", str(tmp_path / "root"), "-f", str(conf), "create",
+                         "--bundle", str(_bundle(tmp_path)), "c1"])
+        assert (f"(it is read beside {conf}, the slurm.conf in use; name another slurm.conf "
+                "with -f or SLURM_CONF)") in capsys.readouterr().err

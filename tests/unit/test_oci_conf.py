@@ -323,7 +323,8 @@ class TestLoad:
         path = tmp_path / "oci.conf"
         with pytest.raises(OciConfError) as info:
             load_oci_conf(path)
-        assert f"oci.conf: not found: {path}" == str(info.value)
+        assert str(info.value).startswith(f"oci.conf: not found: {path} (it is read beside ")
+        assert str(info.value).endswith("name another slurm.conf with -f or SLURM_CONF)")
 
     def test_directory(self, tmp_path: Path) -> None:
         """A path that cannot be read is an OciConfError, not an OSError."""
