@@ -338,20 +338,39 @@ def guarded(fn: Callable[[str], None], n: int, cids: Callable[[], str],
     return samples, hangs
 
 
-def versus_conf(work: Path) -> Path:
-    """One configuration directory for every row and both runtimes (made once): the
-    cluster's slurm.conf and oci.conf (plus SrunPath: Slurm's scrun starts srun without
-    PATH) and the shared-filesystem scrun.lua, whose hooks only log (Slurm's scrun needs
-    one; sites have one)."""
-    conf = work / "vconf"
+#: the site configurations the rows against Slurm's scrun run with, each its own rows:
+#: (key, label, the oci.conf's text).  Both get SrunPath (Slurm's scrun starts srun
+#: without PATH) and the shared-filesystem scrun.lua, whose hooks log.
+def _guide_oci_conf() -> str:
+    """The crun oci.conf of Slurm's containers guide for the release under test (run
+    mode, with EnvExclude and RunTimeEnvExclude), as the corpus of the import test
+    writes it out; the latest release's for a release the corpus has not."""
+    corpus = REPO / "tests" / "unit" / "site_corpus" / "oci"
+    release = os.environ.get("SCRUN_TEST_SLURM", "")
+    path = corpus / f"{release}-crun-run.conf"
+    return (path if path.exists() else corpus / "26.05-crun-run.conf").read_text()
+
+
+CONFIGS: list[tuple[str, str, Callable[[], str]]] = [
+    ("cluster", "the test cluster's oci.conf", (STATE / "oci.conf").read_text),
+    ("guide", "the guide's crun oci.conf (EnvExclude, RunTimeEnvExclude)", _guide_oci_conf),
+]
+
+
+def versus_conf(work: Path, key: str = "cluster") -> Path:
+    """One configuration directory per site configuration (CONFIGS), for every row and
+    both runtimes (made once): the cluster's slurm.conf, that configuration's oci.conf
+    (plus SrunPath: Slurm's scrun starts srun without PATH) and the shared-filesystem
+    scrun.lua, whose hooks only log (Slurm's scrun needs one; sites have one)."""
+    conf = work / ("vconf" if key == "cluster" else f"vconf-{key}")
     if (conf / "slurm.conf").exists():
         return conf
     conf.mkdir()
     for name in ("slurm.conf", "cgroup.conf"):
         if (STATE / name).exists():
             shutil.copy(STATE / name, conf / name)
-    (conf / "oci.conf").write_text((STATE / "oci.conf").read_text()
-                                   + f"SrunPath={SLURM_BIN / 'srun'}\n")
+    text = next(fn for k, _, fn in CONFIGS if k == key)()
+    (conf / "oci.conf").write_text(text.rstrip("\n") + f"\nSrunPath={SLURM_BIN / 'srun'}\n")
     shutil.copy(REPO / "lua" / "scrun.lua", conf / "scrun.lua")
     for kind, exe in (("py", SCRUN), ("slurm", str(SLURM_BIN / "scrun"))):
         # podman passes no --root; Slurm's scrun will not guess one as root
@@ -396,16 +415,34 @@ def private_dockerd(conf: Path) -> tuple[subprocess.Popen[bytes], dict[str, str]
     return proc, env
 
 
-def versus_rows(pw: pwd.struct_passwd, env: dict[str, str], work: Path, n: int,
-                counter: Iterator[int], engines: bool = True) -> list[dict[str, object]]:
-    """scrun-py and Slurm's scrun side by side, same configuration, same bundles."""
-    conf = versus_conf(work)
-    exes = {"scrun-py": SCRUN, "Slurm's scrun": str(SLURM_BIN / "scrun")}
+def side_by_side(what: str, exes: dict[str, str], fn: Callable[[str, str], None],
+                 prefix: str, runs: int, on_hang: Callable[[str], None],
+                 counter: Iterator[int]) -> dict[str, object]:
+    """One row: `fn(who, cid)` timed `runs` times for each runtime of `exes`."""
+    res: dict[str, object] = {"name": what}
+    for who in exes:
+        tag = f"{prefix}{who[0]}"
+
+        def cid(tag: str = tag) -> str:
+            return f"{tag}{next(counter)}"
+        samples, hangs = guarded(partial(fn, who), runs, cid, on_hang)
+        res[who] = {"median_s": statistics.median(samples) if samples else None,
+                    "min_s": min(samples, default=None),
+                    "max_s": max(samples, default=None), "n": len(samples),
+                    "hangs": hangs}
+    return res
+
+
+def _config_rows(pw: pwd.struct_passwd, env: dict[str, str], work: Path, n: int,
+                 counter: Iterator[int], exes: dict[str, str], conf: Path,
+                 label: str) -> list[dict[str, object]]:
+    """The lifecycle, state and anchor RSS rows with the configuration in `conf`."""
     out: list[dict[str, object]] = []
+    tag = conf.name
 
     def base(who: str) -> list[str]:
         return as_user(pw, [exes[who], "-f", f"{conf}/slurm.conf", "--root",
-                            f"{work}/vroot-{'py' if who == 'scrun-py' else 'slurm'}"])
+                            f"{work}/vroot-{tag}-{'py' if who == 'scrun-py' else 'slurm'}"])
 
     def create(who: str, cid: str, bundle: str) -> int:
         """`create` through `who`, bounded by HANG_S; the anchor's pid."""
@@ -417,23 +454,8 @@ def versus_rows(pw: pwd.struct_passwd, env: dict[str, str], work: Path, n: int,
         wait_gone(anchor, f"anchor {cid}")
         call([*base(who), "delete", cid], env)
 
-    def cids(prefix: str) -> Callable[[], str]:
-        return lambda: f"{prefix}{next(counter)}"
-
-    def row(what: str, fn: Callable[[str, str], None], prefix: str, runs: int,
-            on_hang: Callable[[str], None]) -> None:
-        res = {}
-        for who in exes:
-            samples, hangs = guarded(partial(fn, who), runs, cids(f"{prefix}{who[0]}"),
-                                     on_hang)
-            res[who] = {"median_s": statistics.median(samples) if samples else None,
-                        "min_s": min(samples, default=None),
-                        "max_s": max(samples, default=None), "n": len(samples),
-                        "hangs": hangs}
-        out.append({"name": what, **res})
-
-    row("create→start→exit→delete (true)", lifecycle, "vl", n,
-        lambda cid: end_container(cid, env))
+    out.append(side_by_side(f"create→start→exit→delete (true), {label}", exes, lifecycle,
+                            "vl", n, lambda cid: end_container(cid, env), counter))
 
     # state of one running container, and its anchor's peak RSS
     state: dict[str, dict[str, object]] = {}
@@ -461,8 +483,21 @@ def versus_rows(pw: pwd.struct_passwd, env: dict[str, str], work: Path, n: int,
             state.setdefault(who, {"median_s": None, "n": 0, "hangs": 1})
             rss.setdefault(who, {"rss_mb": None, "hangs": 1})
             end_container(cid, env)
-    out.append({"name": "state (one running container)", **state})
-    out.append({"name": "anchor peak RSS (one running container)", **rss})
+    out.append({"name": f"state (one running container), {label}", **state})
+    out.append({"name": f"anchor peak RSS (one running container), {label}", **rss})
+    return out
+
+
+def versus_rows(pw: pwd.struct_passwd, env: dict[str, str], work: Path, n: int,
+                counter: Iterator[int], engines: bool = True) -> list[dict[str, object]]:
+    """scrun-py and Slurm's scrun side by side, same configuration, same bundles: the
+    lifecycle, state and anchor RSS rows once per site configuration (CONFIGS), the
+    engines' rows with the cluster's."""
+    exes = {"scrun-py": SCRUN, "Slurm's scrun": str(SLURM_BIN / "scrun")}
+    out: list[dict[str, object]] = []
+    for key, label, _ in CONFIGS:
+        out += _config_rows(pw, env, work, n, counter, exes, versus_conf(work, key), label)
+    conf = versus_conf(work)
     if not engines:
         return out
 
@@ -489,13 +524,15 @@ def versus_rows(pw: pwd.struct_passwd, env: dict[str, str], work: Path, n: int,
         subprocess.run([tool, "rm", "-f", engine_id], env=tool_env, capture_output=True,
                        timeout=HANG_S, check=False)
 
-    row("podman run --rm true (root)", partial(engine_run, "podman", podman_env), "vp", n,
-        partial(engine_hang, "podman", podman_env))
+    out.append(side_by_side("podman run --rm true (root)", exes,
+                            partial(engine_run, "podman", podman_env), "vp", n,
+                            partial(engine_hang, "podman", podman_env), counter))
     dockerd, docker_env = private_dockerd(conf)
     docker_env["PATH"] = podman_env["PATH"]
     try:
-        row("docker run --rm true (root)", partial(engine_run, "docker", docker_env), "vd", n,
-            partial(engine_hang, "docker", docker_env))
+        out.append(side_by_side("docker run --rm true (root)", exes,
+                                partial(engine_run, "docker", docker_env), "vd", n,
+                                partial(engine_hang, "docker", docker_env), counter))
         subprocess.run(["docker", "rm", "-f", *subprocess.run(
             ["docker", "ps", "-aq"], env=docker_env, capture_output=True, text=True,
             check=False).stdout.split()], env=docker_env, capture_output=True, check=False)
@@ -652,19 +689,22 @@ def print_targets(rows: list[dict[str, object]], versus: list[dict[str, object]]
     def add(target: str, measured: str, met: bool | None) -> None:
         out.append({"target": target, "measured": measured, "met": met})
 
-    vs = {str(r["name"]).split(" ")[0]: r for r in versus}
-    for key, name in (("lifecycle", "create→start→exit→delete"), ("state", "state")):
-        r = vs.get(name)
-        py = r and r["scrun-py"]
-        sl = r and r["Slurm's scrun"]
-        a = py.get("median_s") if isinstance(py, dict) else None
-        b = sl.get("median_s") if isinstance(sl, dict) else None
-        limit = dict((k, v) for k, v, _ in TARGETS)[key]
-        if isinstance(a, float) and isinstance(b, float) and b:
-            add(f"{key} ≤ {limit}x Slurm's scrun",
-                f"{a * 1000:.0f} ms vs {b * 1000:.0f} ms = {a / b:.2f}x", a / b <= limit)
-        else:
-            add(f"{key} ≤ {limit}x Slurm's scrun", "no Slurm scrun in this release", None)
+    for _, label, _ in CONFIGS:
+        vs = {str(r["name"]).split(" ")[0]: r for r in versus
+              if str(r["name"]).endswith(f", {label}")}
+        for key, name in (("lifecycle", "create→start→exit→delete"), ("state", "state")):
+            r = vs.get(name)
+            py = r and r["scrun-py"]
+            sl = r and r["Slurm's scrun"]
+            a = py.get("median_s") if isinstance(py, dict) else None
+            b = sl.get("median_s") if isinstance(sl, dict) else None
+            limit = dict((k, v) for k, v, _ in TARGETS)[key]
+            what = f"{key} ≤ {limit}x Slurm's scrun, {label}"
+            if isinstance(a, float) and isinstance(b, float) and b:
+                add(what, f"{a * 1000:.0f} ms vs {b * 1000:.0f} ms = {a / b:.2f}x",
+                    a / b <= limit)
+            else:
+                add(what, "no Slurm scrun in this release", None)
     version = next((r for r in rows if r["name"] == "scrun-py --version"), None)
     if version is not None:
         ms = float(str(version["median_s"])) * 1000
