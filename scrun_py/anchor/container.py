@@ -25,6 +25,11 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+# state's annotations while the job waits in Slurm's queue: its state (PENDING) and
+# Slurm's reason (squeue's %r); removed once the job runs
+JOB_STATE_ANNOTATION = "org.scrun-py.job.state"
+JOB_REASON_ANNOTATION = "org.scrun-py.job.reason"
+
 
 class Container:
     def __init__(self, spec: AnchorSpec, bundle: BundleInfo, hooks: Hooks,
@@ -48,6 +53,9 @@ class Container:
         self.hook_running = False  # stage_in still runs in its thread
         self.pty_master: int | None = None
         self.pty_slave: int | None = None
+        # create's stderr, inherited (/dev/null with a --console-socket): a user's
+        # terminal for `run` or a `create` typed at a shell, a pipe or file for engines
+        self.stderr_fd = 2
         self._t0 = time.monotonic()
 
     # ---- record and log ----------------------------------------------------------------------
@@ -62,6 +70,37 @@ class Container:
     def event(self, msg: str, **kw: Any) -> None:
         self.log.info(msg, container_id=self.record.id, job_id=self.record.job_id or None,
                       elapsed_s=round(time.monotonic() - self._t0, 3), **kw)
+
+    def tell_terminal(self, msg: str) -> None:
+        """`scrun-py: msg` on create's stderr when it is a terminal, as salloc talks to a
+        user; never otherwise: engines read create's stderr."""
+        try:
+            if os.isatty(self.stderr_fd):
+                os.write(self.stderr_fd, f"scrun-py: {msg}\n".encode())
+        except OSError:
+            pass
+
+    def note_job_wait(self, state: str, reason: str) -> None:
+        """state's annotations say the job waits in Slurm's queue, and why ('': unknown);
+        saved."""
+        notes = {**self.record.annotations, JOB_STATE_ANNOTATION: state}
+        if reason:
+            notes[JOB_REASON_ANNOTATION] = reason
+        else:
+            notes.pop(JOB_REASON_ANNOTATION, None)
+        # a new dict: save() in another thread may be serializing the old one
+        self.record.annotations = notes
+        self.save()
+
+    def clear_job_wait(self) -> None:
+        """Drop note_job_wait's annotations (config.json's own values for those keys come
+        back); not saved."""
+        own = self.bundle.config.annotations
+        keys = (JOB_STATE_ANNOTATION, JOB_REASON_ANNOTATION)
+        if any(self.record.annotations.get(k) != own.get(k) for k in keys):
+            notes = {k: v for k, v in self.record.annotations.items() if k not in keys}
+            notes.update({k: own[k] for k in keys if k in own})
+            self.record.annotations = notes
 
     def audit_exit(self, exit_code: int) -> None:
         from scrun_py.site import audit

@@ -26,6 +26,15 @@ RELEASE_TIMEOUT_S = 60.0
 STEP_RETRY_S = 60.0  # slurmctld restarting while srun creates the step
 STEP_RETRY_PAUSE_S = 1.0
 SIGKILL = int(signal.SIGKILL)
+PENDING = "PENDING"
+# a queued job's reason is asked again this often while it waits (it changes: Priority,
+# then Resources); each time is one squeue
+PENDING_REFRESH_S = 30.0
+# a job slurmctld has just queued can show no reason ("None") until its scheduler has
+# looked at it: asked again this often, up to this many times, before it is reported
+REASON_RETRY_S = 0.5
+REASON_ATTEMPTS = 6
+NO_REASON = ("", "None")
 
 
 class Job:
@@ -40,6 +49,10 @@ class Job:
         self._relaunching = False  # between a step srun could not create and the next
         self._signal_while_relaunching = 0
         self._asking_step_id = threading.Lock()
+        self.pending_refresh_s = PENDING_REFRESH_S
+        self.reason_retry_s = REASON_RETRY_S
+        self._wait_over = Cancel()  # the allocation was granted, failed or withdrawn
+        self._wait_notes = threading.Lock()  # the pending watch's annotations vs the grant's
 
     # ---- the job -----------------------------------------------------------------------------
     def allocate(self, cancel: Cancel) -> Allocation:
@@ -60,13 +73,57 @@ class Job:
                 rec.job_id = job_id
                 container.save()
 
-            self.alloc = self.backend.allocate(self.job_opts.alloc, dict(container.environ),
-                                               on_job_id, self.alloc_timeout_s, cancel,
-                                               str(container.abandon_script()))
+            def on_pending(job_id: int) -> None:
+                threads.spawn(lambda: self._watch_pending(job_id), "scrun-pending",
+                              lambda exc: container.log.error(
+                                  "anchor task failed", task="pending", exc_info=exc))
+
+            try:
+                self.alloc = self.backend.allocate(
+                    self.job_opts.alloc, dict(container.environ), on_job_id,
+                    self.alloc_timeout_s, cancel, str(container.abandon_script()),
+                    on_pending=on_pending)
+            finally:
+                with self._wait_notes:
+                    self._wait_over.set()
+                    container.clear_job_wait()  # saved below, or removed with the create
             rec.job_id = self.alloc.job_id
         container.save()
         container.event("allocation granted")
         return self.alloc
+
+    def _watch_pending(self, job_id: int) -> None:
+        """Slurm queued the job instead of granting it at once: say why in --log, once on
+        create's terminal, and in state's annotations, kept current until the
+        allocation's wait is over."""
+        over = self._wait_over
+        info = self.backend.job_state(job_id)
+        for _ in range(REASON_ATTEMPTS - 1):
+            if info is None or info.state != PENDING or info.reason not in NO_REASON:
+                break
+            if not over.sleep(self.reason_retry_s):
+                break
+            info = self.backend.job_state(job_id)
+        reason = info.reason if info is not None else ""
+        self.container.event("job allocation pending", reason=reason or None,
+                             job_state=info.state if info is not None else None)
+        with self._wait_notes:
+            if over.is_set() or (info is not None and info.state != PENDING):
+                return  # granted meanwhile
+            self.container.note_job_wait(PENDING, reason)
+        self.container.tell_terminal(f"pending job allocation {job_id}" + (
+            f" (reason: {reason})" if reason not in NO_REASON else ""))
+        while over.sleep(self.pending_refresh_s):
+            info = self.backend.job_state(job_id)
+            if (info is None or info.state != PENDING or info.reason == reason
+                    or info.reason in NO_REASON):
+                continue
+            reason = info.reason
+            with self._wait_notes:
+                if over.is_set():
+                    return
+                self.container.note_job_wait(PENDING, reason)
+            self.container.event("job allocation still pending", reason=reason)
 
     def info(self, alloc: Allocation) -> tuple[float | None, int, int]:
         """The job's end time (owned jobs: for the time-limit watch) and uid/gid (rootless

@@ -82,6 +82,11 @@ def build_job_info_argv(job_id: int) -> list[str]:
     return ["squeue", "--noheader", f"--jobs={job_id}", "--format=%e|%U|%G"]
 
 
+def build_job_reason_argv(job_id: int) -> list[str]:
+    """A job's state and Slurm's reason for it (why a pending job waits): `STATE|REASON`."""
+    return ["squeue", "--noheader", f"--jobs={job_id}", "--format=%T|%r"]
+
+
 def signal_shell_command(kill_pattern: str, *, job_id: int, step_id: int, signal: int,
                          tasks_per_node: int = 1) -> str:
     """Deliver `signal` to the container through the runtime's own kill command.

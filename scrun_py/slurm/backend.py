@@ -1,7 +1,10 @@
 """The Slurm backend contract: what the anchor asks of Slurm, with typed answers.
 
-`cli_backend.CliSlurm` implements it with Slurm's client commands; the unit tests
-implement it in-process (tests/unit/fake_slurm.py).
+Two implementations: `cli_backend.CliSlurm` with Slurm's client commands, and
+`pyslurm_backend.PyslurmSlurm` with Slurm's C API through pyslurm for what the API offers
+and a CliSlurm for the rest (the optional pyslurm extra).  slurm/choice.py picks one for
+each anchor (SCRUN_PY_SLURM_BACKEND: cli, pyslurm or auto).  The unit tests implement the
+contract in-process (tests/unit/fake_slurm.py).
 """
 
 from __future__ import annotations
@@ -26,6 +29,13 @@ class JobInfo(NamedTuple):
     end_time: float | None  # epoch seconds; None when unlimited or unknown
     uid: int | None
     gid: int | None
+
+
+class JobState(NamedTuple):
+    """A job's state and Slurm's reason for it, as squeue shows them (%T, %r)."""
+
+    state: str  # PENDING, CONFIGURING, RUNNING, COMPLETED, ...
+    reason: str  # why a pending job waits (Resources, Priority, Dependency, ...); "None": no reason
 
 
 class StepRequest(NamedTuple):
@@ -72,12 +82,15 @@ class SlurmBackend(Protocol):
 
     def allocate(self, opts: Sequence[str], env: dict[str, str],
                  on_job_id: Callable[[int], None], timeout_s: float | None,
-                 cancel: Cancel, abandon_file: str | None = None) -> Allocation:
+                 cancel: Cancel, abandon_file: str | None = None,
+                 on_pending: Callable[[int], None] | None = None) -> Allocation:
         """Request a job and wait until it runs; raise AllocationFailed with Slurm's
         message, or Cancelled (the request withdrawn, its job cancelled) once `cancel` is
-        set.  `on_job_id` hears the job id as soon as Slurm assigns it.  Should the
-        anchor die, what holds the allocation runs `abandon_file` (if it exists then:
-        see abandon_script) before it ends the job."""
+        set.  `on_job_id` hears the job id as soon as Slurm assigns it, `on_pending` (after
+        it) when Slurm queues the job instead of granting it at once; both are called in
+        the caller's thread and must return quickly.  Should the anchor die, what holds
+        the allocation runs `abandon_file` (if it exists then: see abandon_script) before
+        it ends the job."""
 
     def attach(self, job_id: int, env: dict[str, str]) -> Allocation:
         """Use an existing job; raise AllocationFailed unless it is running."""
@@ -91,6 +104,10 @@ class SlurmBackend(Protocol):
 
     def job_info(self, job_id: int) -> JobInfo | None:
         """End time and owner of the job; None when Slurm does not answer."""
+
+    def job_state(self, job_id: int) -> JobState | None:
+        """The job's state and Slurm's reason for it (why a pending job waits); None when
+        Slurm does not answer or no longer knows the job."""
 
     def launch_step(self, req: StepRequest) -> Step:
         """Start the container step; raise StepLaunchFailed."""

@@ -26,7 +26,7 @@ from scrun_py.base.errors import AllocationFailed, SlurmError, StepLaunchFailed
 from scrun_py.base.threads import Cancel
 from scrun_py.slurm import argv as slurm_argv
 from scrun_py.slurm import releases
-from scrun_py.slurm.backend import Allocation, JobInfo, Step, StepExit, StepRequest
+from scrun_py.slurm.backend import Allocation, JobInfo, JobState, Step, StepExit, StepRequest
 from scrun_py.slurm.options import JOB_NAME
 from scrun_py.slurm.salloc_holder import SallocHolder, salloc_cwd
 
@@ -97,11 +97,12 @@ class CliSlurm:
     # ---- the job: salloc_holder.py ------------------------------------------------------
     def allocate(self, opts: Sequence[str], env: dict[str, str],
                  on_job_id: Callable[[int], None], timeout_s: float | None,
-                 cancel: Cancel, abandon_file: str | None = None) -> Allocation:
+                 cancel: Cancel, abandon_file: str | None = None,
+                 on_pending: Callable[[int], None] | None = None) -> Allocation:
         # `srun --version` (and the imports the step needs) once salloc runs, while the
         # job is being allocated: not before, where it would delay salloc's own start
         return self._jobs.allocate(opts, env, on_job_id, timeout_s, cancel, abandon_file,
-                                   spawned=self._start_version_probe)
+                                   spawned=self._start_version_probe, on_pending=on_pending)
 
     def wait_ended(self, alloc: Allocation, cancel: Cancel) -> None:
         self._jobs.wait_ended(alloc, cancel)
@@ -132,6 +133,18 @@ class CliSlurm:
 
         end, uid, gid = parse.parse_job_info(res.text)
         return JobInfo(end_time=end, uid=uid, gid=gid)
+
+    def job_state(self, job_id: int) -> JobState | None:
+        try:
+            res = self._run(slurm_argv.build_job_reason_argv(job_id), timeout_s=15)
+        except SlurmError:
+            return None
+        if res.status != 0:
+            return None
+        from scrun_py.slurm import parse
+
+        found = parse.parse_job_reason(res.text)
+        return None if found is None else JobState(state=found[0], reason=found[1])
 
     def cancel(self, job_id: int, step_id: int | None = None) -> None:
         with contextlib.suppress(SlurmError):

@@ -9,6 +9,8 @@ import time
 # salloc says so when the job is cancelled or fails while its command still runs
 REVOKED_RE = re.compile(r"[Jj]ob allocation \d+ has been revoked")
 JOB_ID_RE = re.compile(r"(?:job allocation|Pending job allocation|Granted job allocation) (\d+)")
+# salloc says so when slurmctld queues the job instead of granting it at once
+PENDING_RE = re.compile(r"salloc: Pending job allocation (\d+)")
 _NOISE = ("salloc: Granted job allocation", "salloc: Pending job allocation",
           "salloc: job ", "salloc: Waiting for resource configuration",
           "salloc: Nodes ", "salloc: Relinquishing job allocation",
@@ -78,6 +80,17 @@ def parse_job_info(text: str) -> tuple[float | None, int | None, int | None]:
     except ValueError:
         return parse_slurm_time(end_s), None, None
     return parse_slurm_time(end_s), uid, gid
+
+
+def parse_job_reason(text: str) -> tuple[str, str] | None:
+    """`squeue --format=%T|%r` → (state, reason); None when there is no such line (squeue
+    no longer knows the job).  A reason may hold spaces and commas
+    ("ReqNodeNotAvail, UnavailableNodes:vm")."""
+    for line in text.splitlines():
+        state, sep, reason = line.strip().partition("|")
+        if sep and state:
+            return state, reason.strip()
+    return None
 
 
 def max_tasks_per_node(tasks_per_node: str) -> int:

@@ -4,24 +4,29 @@ Slurm's client commands (a `CliSlurm` it holds).
 Through pyslurm: the job's state (attach), end time and owner (job_info), the container
 step's id (step_id), cancelling the job or a step, the signal to the step when it cannot
 go through the runtime, and the release (slurmctld's version instead of
-`srun --version`).  On the client commands: the allocation (salloc and its holder), the
-container step and every helper step (srun), and a signal to the whole job (see
-docs/architecture.md for why).  A pyslurm call that fails is logged and made again with
-the client command, so a failure costs time, never the container.
+`srun --version`).  On the client commands: the allocation (salloc and its holder), a
+queued job's state and reason (squeue), the container step and every helper step (srun),
+and a signal to the whole job (see docs/architecture.md for why).  A pyslurm call that
+fails is logged and made again with the client command, so a failure costs time, never
+the container.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
 
 from scrun_py.base.errors import AllocationFailed
+from scrun_py.base.records import Protocol
 from scrun_py.base.threads import Cancel
-from scrun_py.slurm.backend import Allocation, JobInfo, Step, StepRequest
+from scrun_py.slurm.backend import Allocation, JobInfo, JobState, Step, StepRequest
 from scrun_py.slurm.cli_backend import STEP_ID_ATTEMPTS, CliSlurm
 from scrun_py.slurm.options import JOB_NAME
 from scrun_py.slurm.pyslurm_api import INVALID_JOB_ID, PyslurmApi, RpcFailed
+
+TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
+if TYPE_CHECKING:
+    from typing import Any
 
 ATTACHABLE = ("RUNNING", "CONFIGURING")
 
@@ -47,8 +52,14 @@ class PyslurmSlurm:
     # ---- on the client commands: salloc and srun -------------------------------------------
     def allocate(self, opts: Sequence[str], env: dict[str, str],
                  on_job_id: Callable[[int], None], timeout_s: float | None,
-                 cancel: Cancel, abandon_file: str | None = None) -> Allocation:
-        return self.cli.allocate(opts, env, on_job_id, timeout_s, cancel, abandon_file)
+                 cancel: Cancel, abandon_file: str | None = None,
+                 on_pending: Callable[[int], None] | None = None) -> Allocation:
+        return self.cli.allocate(opts, env, on_job_id, timeout_s, cancel, abandon_file,
+                                 on_pending=on_pending)
+
+    def job_state(self, job_id: int) -> JobState | None:
+        # squeue: pyslurm_api's JobView carries no reason
+        return self.cli.job_state(job_id)
 
     def wait_ended(self, alloc: Allocation, cancel: Cancel) -> None:
         self.cli.wait_ended(alloc, cancel)

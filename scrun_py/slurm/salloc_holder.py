@@ -39,6 +39,7 @@ class StderrFile:
         self.offset = 0
         self.partial = b""
         self.revoked = False
+        self.pending = 0  # the job salloc said is queued ("Pending job allocation N")
 
     def poll(self) -> int:
         """Collect new lines into alloc.messages; return a job id seen, or 0."""
@@ -57,6 +58,9 @@ class StderrFile:
             self.alloc.messages.append(line)
             if parse.REVOKED_RE.search(line):
                 self.revoked = True
+            pending = parse.PENDING_RE.search(line)
+            if pending and not self.pending:
+                self.pending = int(pending.group(1))
             m = parse.JOB_ID_RE.search(line)
             if m and not job_id:
                 job_id = int(m.group(1))
@@ -109,9 +113,11 @@ class SallocHolder:
     def allocate(self, opts: Sequence[str], env: dict[str, str],
                  on_job_id: Callable[[int], None], timeout_s: float | None,
                  cancel: Cancel, abandon_file: str | None = None,
-                 spawned: Callable[[], None] = lambda: None) -> Allocation:
+                 spawned: Callable[[], None] = lambda: None,
+                 on_pending: Callable[[int], None] | None = None) -> Allocation:
         """The job salloc was granted; `spawned` is called once salloc runs (what the
-        anchor does meanwhile is off `create`'s critical path)."""
+        anchor does meanwhile is off `create`'s critical path), `on_pending` once salloc
+        says slurmctld queued the job."""
         if abandon_file is not None:  # the holder script runs it (argv.HOLDER_SCRIPT)
             env = {**env, slurm_argv.ABANDON_ENV: abandon_file}
         argv, self.job_dir = slurm_argv.build_salloc_argv(opts, self._salloc), salloc_cwd(opts)
@@ -130,7 +136,8 @@ class SallocHolder:
         reader = StderrFile(err_file, alloc)
         self._holder, self._stderr = proc, reader
         try:
-            alloc.env = self._job_env_of(proc, alloc, reader, on_job_id, timeout_s, cancel)
+            alloc.env = self._job_env_of(proc, alloc, reader, on_job_id, timeout_s, cancel,
+                                         on_pending)
         except BaseException:
             close_pipes(proc)
             reader.poll()
@@ -149,9 +156,11 @@ class SallocHolder:
 
     def _job_env_of(self, proc: procs.Spawned, alloc: Allocation,
                     reader: StderrFile, on_job_id: Callable[[int], None],
-                    timeout_s: float | None, cancel: Cancel) -> dict[str, str]:
+                    timeout_s: float | None, cancel: Cancel,
+                    on_pending: Callable[[int], None] | None = None) -> dict[str, str]:
         """Wait for the job environment salloc's command prints once the job runs; the job
-        id is noted as soon as salloc names it.  Stops salloc (and cancels its job) when
+        id is noted as soon as salloc names it, a queued job (salloc's "Pending job
+        allocation N") told to `on_pending` once.  Stops salloc (and cancels its job) when
         cancelled or out of time."""
         from scrun_py.slurm import parse
 
@@ -159,11 +168,16 @@ class SallocHolder:
         out_fd = proc.stdout.fileno()
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         buf = b""
+        told_pending = False
         while slurm_argv.READY_MARKER not in buf:
             job_id = reader.poll()
             if job_id and not alloc.job_id:
                 alloc.job_id = job_id
                 on_job_id(job_id)
+            if reader.pending and not told_pending:  # its job id was noted just above
+                told_pending = True
+                if on_pending is not None:
+                    on_pending(reader.pending)
             if cancel.is_set():
                 self._abort(proc, alloc)
                 raise Cancelled

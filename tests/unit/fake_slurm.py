@@ -4,7 +4,9 @@ scrun_py.slurm.backend.SlurmBackend), and hooks whose behaviour a test chooses.
 Calls are recorded in `calls`; `hold(name)` makes the call `name` wait until
 `open(name)`; `fail[name]` makes it raise.  `jobs` is what this Slurm knows: the state of
 each job (allocate adds one, release and cancel end it); a test that attaches to an
-existing job adds it first.  It passes the contract suite (tests/backend_contract.py).
+existing job adds it first.  With `pending_reason` set, allocate queues the job first (it
+is PENDING with that reason, which a test may change, until the allocate gate opens).  It
+passes the contract suite (tests/backend_contract.py).
 The container step is a `FakeStep` that exits when a test says so, or on a signal whose
 default action ends a process.
 """
@@ -20,7 +22,14 @@ from scrun_py.anchor.table import FATAL_BY_DEFAULT
 from scrun_py.base.errors import AllocationFailed
 from scrun_py.base.threads import Cancel, Cancelled
 from scrun_py.hooks.interface import HookContext
-from scrun_py.slurm.backend import Allocation, JobInfo, SlurmBackend, StepExit, StepRequest
+from scrun_py.slurm.backend import (
+    Allocation,
+    JobInfo,
+    JobState,
+    SlurmBackend,
+    StepExit,
+    StepRequest,
+)
 
 GATE_TIMEOUT_S = 60.0  # a held call never outlives a test
 
@@ -70,7 +79,8 @@ class FakeSlurm:
         self.ignore_signals = False  # the step survives every signal
         self.step: FakeStep | None = None
         self.launches: list[StepRequest] = []
-        self.jobs: dict[int, str] = {}  # job id -> state (RUNNING, COMPLETED, CANCELLED)
+        self.jobs: dict[int, str] = {}  # job id -> state (PENDING, RUNNING, COMPLETED, ...)
+        self.pending_reason: str | None = None  # allocate queues the job (see above)
 
     # ---- test controls -------------------------------------------------------------------
     def hold(self, name: str) -> None:
@@ -83,9 +93,9 @@ class FakeSlurm:
         return [c[0] for c in self.calls]
 
     def last(self) -> tuple[Any, ...]:
-        """The last call but the time-limit watch's job_info, which runs in a thread of
-        its own whenever the lifecycle gets to it."""
-        return [c for c in self.calls if c[0] != "job_info"][-1]
+        """The last call but the time-limit watch's job_info and the pending watch's
+        job_state, which run in threads of their own whenever the lifecycle gets to them."""
+        return [c for c in self.calls if c[0] not in ("job_info", "job_state")][-1]
 
     def _call(self, name: str, *args: Any, cancel: Cancel | None = None) -> None:
         self.calls.append((name, *args))
@@ -100,8 +110,13 @@ class FakeSlurm:
     # ---- SlurmBackend --------------------------------------------------------------------
     def allocate(self, opts: Sequence[str], env: dict[str, str],
                  on_job_id: Callable[[int], None], timeout_s: float | None,
-                 cancel: Cancel, abandon_file: str | None = None) -> Allocation:
+                 cancel: Cancel, abandon_file: str | None = None,
+                 on_pending: Callable[[int], None] | None = None) -> Allocation:
         on_job_id(self.job_id)
+        if self.pending_reason is not None:
+            self.jobs[self.job_id] = "PENDING"
+            if on_pending is not None:
+                on_pending(self.job_id)
         try:
             self._call("allocate", tuple(opts), cancel=cancel)
         except Cancelled:
@@ -132,6 +147,16 @@ class FakeSlurm:
             return None
         uid, gid = self.owner or (None, None)
         return JobInfo(end_time=self.end_time, uid=uid, gid=gid)
+
+    def job_state(self, job_id: int) -> JobState | None:
+        self.calls.append(("job_state", job_id))
+        if "job_state" in self.fail:  # as Slurm not answering: no exception (the contract)
+            return None
+        state = self.jobs.get(job_id)
+        if state is None:
+            return None
+        reason = self.pending_reason if state == "PENDING" else None
+        return JobState(state=state, reason=reason or "None")
 
     def launch_step(self, req: StepRequest) -> FakeStep:
         self.launches.append(req)

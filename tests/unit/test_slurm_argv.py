@@ -145,6 +145,9 @@ CASES: dict[str, tuple[str, Callable[[], Rendered]]] = {
     "job_info": (
         "build_job_info_argv(42)",
         lambda: slurm_argv.build_job_info_argv(42)),
+    "job_reason": (
+        "build_job_reason_argv(42)",
+        lambda: slurm_argv.build_job_reason_argv(42)),
     "signal_crun": (
         f"signal_shell_command({CRUN_KILL!r}, job_id=42, step_id=0, signal=15)",
         lambda: slurm_argv.signal_shell_command(CRUN_KILL, job_id=42, step_id=0, signal=15)),

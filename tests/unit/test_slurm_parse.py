@@ -37,6 +37,30 @@ class TestParse:
         assert ids == parse.parse_job_info(text)[1:]
 
 
+class TestPending:
+    @pytest.mark.parametrize(("text", "expected"), [
+        ("PENDING|Resources\n", ("PENDING", "Resources")),
+        ("PENDING|ReqNodeNotAvail, UnavailableNodes:vm\n",
+         ("PENDING", "ReqNodeNotAvail, UnavailableNodes:vm")),
+        ("RUNNING|None\n", ("RUNNING", "None")),
+        ("PENDING|\n", ("PENDING", "")),
+        ("", None),
+        ("slurm_load_jobs error: Invalid job id specified\n", None)])
+    def test_job_reason(self, text: str, expected: tuple[str, str] | None) -> None:
+        """squeue's `%T|%r`: the state, and the reason whole (it may hold spaces and
+        commas); nothing for a job squeue no longer knows."""
+        assert expected == parse.parse_job_reason(text)
+
+    @pytest.mark.parametrize(("line", "job_id"), [
+        ("salloc: Pending job allocation 135", 135),
+        ("salloc: Granted job allocation 135", None),
+        ("salloc: job 135 queued and waiting for resources", None)])
+    def test_pending_line(self, line: str, job_id: int | None) -> None:
+        """salloc's line for a job slurmctld queued instead of granting it at once."""
+        m = parse.PENDING_RE.search(line)
+        assert job_id == (int(m.group(1)) if m else None)
+
+
 class TestMaxTasksPerNode:
     @pytest.mark.parametrize(("text", "expected"), [
         ("1", 1), ("2(x3)", 2), ("2(x3),1", 2), ("1,3", 3), ("", 1), ("junk", 1)])
