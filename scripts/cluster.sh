@@ -434,28 +434,58 @@ make_user() {
 }
 
 make_venv() {
+    # scrun-py goes into the virtualenv one of two ways, SCRUN_TEST_INSTALL says which:
+    #   wheel     (the default under CI=true) the wheel sites install, with the test extra:
+    #             dist/'s, built by scripts/build.sh unless it is the wheel of the checkout
+    #             as it is (--if-stale), or the one $SCRUN_TEST_WHEEL names
+    #   editable  (the default otherwise) the checkout itself, so that an edit takes effect
+    #             at once; a copy of it where the test user cannot read the checkout
+    local mode=${SCRUN_TEST_INSTALL:-}
+    if [ -z "$mode" ]; then
+        if [ "${CI:-}" = true ]; then mode=wheel; else mode=editable; fi
+    fi
+    case "$mode" in
+        wheel|editable) ;;
+        *) echo "cluster.sh: SCRUN_TEST_INSTALL is wheel or editable, not '$mode'" >&2; exit 2 ;;
+    esac
     # Debian's python3: the machine's default python may live in a private home directory.
     if [ ! -x "$VENV/bin/python" ]; then
         log "creating virtualenv $VENV"
         mkdir -p "$(dirname "$VENV")"
         /usr/bin/python3 -m venv "$VENV"
     fi
-    # An editable install follows the checkout, but the test user runs scrun-py from it:
-    # a checkout the user cannot read (root's home is 0700) gets a copy, renewed when the
-    # checkout's files change.
-    local src=$REPO stamp
-    if runuser -u "$TEST_USER" -- test -r "$REPO/scrun_py/__init__.py" 2>/dev/null; then
+    local src=$REPO stamp whl=""
+    if [ "$mode" = wheel ]; then
+        whl=${SCRUN_TEST_WHEEL:-$("$REPO/scripts/build.sh" --if-stale)}
+        [ -f "$whl" ] || { echo "cluster.sh: no wheel '$whl'" >&2; exit 1; }
+        # the wheel's RECORD (every file's sha256, the commit's among them): a wheel built
+        # again from the same tree is the same install
+        stamp="wheel $whl $(/usr/bin/python3 -P -c 'import hashlib, sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+record = next(n for n in z.namelist() if n.endswith(".dist-info/RECORD"))
+print(hashlib.sha256(z.read(record)).hexdigest()[:32])' "$whl")"
+    elif runuser -u "$TEST_USER" -- test -r "$REPO/scrun_py/__init__.py" 2>/dev/null; then
+        # An editable install follows the checkout, but the test user runs scrun-py from it:
         # what an editable install copies (the command's script) renews it too
         stamp="editable-compat $REPO $(cd "$REPO" && cat pyproject.toml bin/scrun-py | md5sum | cut -c1-32)"
     else
+        # a checkout the user cannot read (root's home is 0700) gets a copy, renewed when
+        # the checkout's files change
         stamp="copy $REPO $(cd "$REPO" && find scrun_py bin pyproject.toml -type f -newer "$VENV/bin/python" \
                  -printf '%p %T@\n' 2>/dev/null | sort | md5sum | cut -c1-32)"
     fi
-    if ! "$VENV/bin/python" -c 'import scrun_py, lupa, pytest' 2>/dev/null ||
+    # from /, where no scrun_py of a checkout is on python's path
+    if ! (cd / && "$VENV/bin/python" -c 'import scrun_py, lupa, pytest') 2>/dev/null ||
        [ "$(cat "$VENV/.scrun-src" 2>/dev/null)" != "$stamp" ]; then
         log "installing scrun-py into $VENV (${stamp%% *})"
         "$VENV/bin/pip" install -q --upgrade pip >/dev/null 2>&1 || true
-        if [ "${stamp%% *}" = editable-compat ]; then
+        if [ "$mode" = wheel ]; then
+            # whatever scrun-py was there (an editable install's path entry, a copy) goes
+            # first; the rest of the virtualenv stays (pyslurm.sh's pyslurm takes 4 minutes)
+            "$VENV/bin/pip" uninstall -q -y scrun-py >/dev/null 2>&1 || true
+            "$VENV/bin/pip" install -q --no-deps "$whl" >/dev/null
+            "$VENV/bin/pip" install -q "$whl[test]" >/dev/null
+        elif [ "${stamp%% *}" = editable-compat ]; then
             # compat mode: a .pth path entry, not an import hook (a finder costs every
             # short command 8-13 ms of start-up, which an ordinary install does not have)
             "$VENV/bin/pip" install -q -e "$src[test]" --config-settings editable_mode=compat >/dev/null

@@ -10,6 +10,11 @@
 #                                             the release suite below
 #   scripts/test.sh --slurm R [pytest args]   the full suite on release R only
 #
+# First the sdist and the wheel are built and checked (scripts/build.sh: python -m build,
+# twine check).  Under CI=true every cluster's "up" installs that wheel into the test
+# virtualenv, as sites install scrun-py; otherwise the checkout, editable
+# (SCRUN_TEST_INSTALL=wheel|editable chooses, scripts/cluster.sh).
+#
 # Each release's cluster is brought up first (idempotent; a release that is not packaged is
 # built once into /opt/slurm/R, about 6 minutes).  A release built from an upstream tarball
 # takes it from $SCRUN_SLURM_MIRROR (a directory of downloads) when it is there.  On every
@@ -170,6 +175,9 @@ for root in /sys/fs/cgroup /sys/fs/cgroup/unified; do
     break
 done
 export SCRUN_PY_TEST_CGROUP
+
+# the sdist and the wheel, built from the checkout and checked before any test
+"$REPO/scripts/build.sh" >/dev/null || { echo "[test] scripts/build.sh failed" >&2; exit 1; }
 
 if [ -n "$ONLY" ]; then
     run_on "$ONLY" "$@" || rc=$?

@@ -1,6 +1,7 @@
-"""`--version`: runc's lines, adapted (the version, the commit of a source checkout, the
-OCI spec, then Python and the Slurm release found).  The numbers themselves have their
-one home in the package's __init__ (pyproject.toml reads __version__ from there)."""
+"""`--version`: runc's lines, adapted (the version, the commit of a source checkout or of
+the one a wheel was built from, the OCI spec, then Python and the Slurm release found).
+The numbers themselves have their one home in the package's __init__ (pyproject.toml
+reads __version__ from there)."""
 
 from __future__ import annotations
 
@@ -24,21 +25,28 @@ def version_text() -> str:
             f"spec: {OCI_SPEC_VERSION}\npython: {python}\nslurm: {slurm_release()}")
 
 
+#: the file the build writes the commit into (setup.py), beside the package's __init__
+BUILD_COMMIT_FILE = "_commit.txt"
+
+
 def git_commit(top: str | None = None) -> str:
     """The commit checked out in the git work tree this package is imported from (an
-    editable install, or a run from the source tree); 'unknown' otherwise (a wheel).
+    editable install, or a run from the source tree); else the commit the package was
+    built from (an installed wheel, an unpacked sdist); 'unknown' otherwise.
 
-    Read from .git (HEAD, the loose ref, packed-refs): no git process.  `top` is the
-    directory holding scrun_py/ (this package's parent by default); it counts as the
-    source tree only with pyproject.toml beside it, so a package copied into some
-    other repository does not report that repository's commit."""
+    A work tree's is read from .git (HEAD, the loose ref, packed-refs): no git process.
+    `top` is the directory holding scrun_py/ (this package's parent by default); it
+    counts as the source tree only with pyproject.toml beside it, so a package copied
+    into some other repository does not report that repository's commit.  Where there
+    is no source tree with a .git, the commit is the one setup.py wrote into
+    scrun_py/_commit.txt when the sdist or the wheel was built from a git checkout."""
     import os
 
     if top is None:
         top = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    if not os.path.isfile(os.path.join(top, "pyproject.toml")):
-        return "unknown"
     git_dir = os.path.join(top, ".git")
+    if not (os.path.isfile(os.path.join(top, "pyproject.toml")) and os.path.exists(git_dir)):
+        return _build_commit(os.path.join(top, "scrun_py", BUILD_COMMIT_FILE))
     try:
         if os.path.isfile(git_dir):  # a linked work tree or a submodule: "gitdir: PATH"
             git_dir = os.path.join(top, _read(git_dir).removeprefix("gitdir:").strip())
@@ -63,6 +71,15 @@ def git_commit(top: str | None = None) -> str:
     except (OSError, UnicodeDecodeError):
         pass
     return "unknown"
+
+
+def _build_commit(path: str) -> str:
+    """The commit in the build's file `path`, or 'unknown' (no file, not a commit)."""
+    try:
+        sha = _read(path).strip()
+    except (OSError, UnicodeDecodeError):
+        return "unknown"
+    return sha if _is_sha(sha) else "unknown"
 
 
 def _read(path: str) -> str:
