@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
     from typing import NoReturn
 

@@ -1,4 +1,4 @@
-"""The reliability cases (issue 5): hostile input, faults, load, security.
+"""The reliability cases: hostile input, faults, load, security.
 
 One row per case: the id that the test carrying `@pytest.mark.case(ID)` names, the area,
 the input or event, and the expected behaviour.  docs/reliability.md holds this table

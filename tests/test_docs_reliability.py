@@ -63,5 +63,5 @@ class TestDocsReliability:
         assert render() == block
 
     def test_enough_bad_inputs(self) -> None:
-        """Issue 5: at least 25 distinct bad-input cases."""
+        """The table holds at least 25 distinct bad-input cases."""
         assert 25 <= len([c for c in CASES if c.id.startswith("BI-")])

@@ -6,7 +6,7 @@ containerd or podman match on, we use runc's exact words.
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # every verb imports this module: typing only for mypy
+TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
     from typing import ClassVar
 

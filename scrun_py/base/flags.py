@@ -1,8 +1,11 @@
 """The command line in three tables: verbs, flags and diagnostics levels.
 
-The click layer (cli/click_app.py) builds its options from FLAGS, the fast path
-(entry.py) and base/logs.py read LEVELS, and the tests walk all three.  Pure data plus
-lookups; imports nothing but the standard library, so every entry point can afford it.
+The click layer (cli/click_app.py) builds its options from FLAGS; the click-free parser
+(cli/fast_path.py) reads FLAGS and VERBS as cli/argv_table.py, which cli/argv_table_gen.py
+writes from them, and does not import this module; base/logs.py and base/invocation.py
+read LEVELS and DEFAULT_LEVELS; `python -m scrun_py.base.flags` writes the tables of
+docs/levels.md; the tests walk all three.  Pure data plus lookups: its one import is
+base/records.py (collections).
 
 Flag sets: Slurm's scrun, runc 1.1 and crun 1.8 (plus crun's later `--log-level`).
 An accepted flag either changes what scrun-py does ("applied"), or is recorded at
@@ -16,7 +19,7 @@ from __future__ import annotations
 
 from scrun_py.base.records import NamedTuple
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
     from typing import Literal
     Effect = Literal["applied", "ignored", "default-only"]
@@ -171,7 +174,6 @@ class Flag(NamedTuple):
 
 
 _RUNC_CRUN: tuple[Origin, ...] = ("scrun", "runc", "crun")
-_CREATE_RUN = ("create", "run")
 
 
 def _create_flags(verb: str) -> tuple[Flag, ...]:

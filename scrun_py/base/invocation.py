@@ -1,21 +1,21 @@
 """Resolved global options of one invocation.  No I/O beyond reading the environment.
 
 `state`, `start`, `kill` and `delete` build an Invocation on every call: this module
-imports os alone (paths are kept as strings; Path, flags and logs are imported when
-a caller asks for them).
+imports os alone (paths are kept as strings; flags and logs are imported when a caller
+asks for them, pathlib only by the `slurm_conf` property).
 """
 
 from __future__ import annotations
 
 import os
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from pathlib import Path
     from typing import Any
 
-__all__ = ["Invocation", "default_root", "log_file", "log_file_name"]
+__all__ = ["Invocation", "default_root", "log_file_name"]
 
 
 def _path(name: str) -> Path:
@@ -97,15 +97,8 @@ class Invocation:
                    log_level=log_level, levels=levels)
 
     @property
-    def root(self) -> Path:
-        return _path(self.root_dir)
-
-    @property
-    def log_path(self) -> Path | None:
-        return None if self.log_name is None else _path(self.log_name)
-
-    @property
     def slurm_conf(self) -> Path | None:
+        """slurm_conf_name as a Path (anchor/launch.py reads it)."""
         return None if self.slurm_conf_name is None else _path(self.slurm_conf_name)
 
     @property
@@ -121,7 +114,7 @@ class Invocation:
 
         stderr, file, syslog = self.levels
         sinks = Sinks(stderr_level=stderr, file_level=file, syslog_level=syslog,
-                      log_path=self.log_path, log_format=self.log_format)
+                      log_path=self.log_name, log_format=self.log_format)
         if sinks.enabled(word):
             sinks.emit(word, msg, fields)
 
@@ -132,9 +125,6 @@ class Invocation:
         from scrun_py.base import layout
 
         return os.environ.get("SLURM_CONF") or layout.DEFAULT_SLURM_CONF
-
-    def slurm_conf_path(self) -> Path:
-        return _path(self.slurm_conf_file())
 
 
 def log_file_name(value: str | Path | None) -> str | None:
@@ -148,12 +138,6 @@ def log_file_name(value: str | Path | None) -> str | None:
     if text.startswith(("syslog:", "journald:")):
         return None
     return text
-
-
-def log_file(value: str | Path | None) -> Path | None:
-    """log_file_name as a Path."""
-    name = log_file_name(value)
-    return None if name is None else _path(name)
 
 
 def default_root(environ: dict[str, str] | None = None, uid: int | None = None) -> str:

@@ -19,7 +19,7 @@ from collections.abc import Mapping, MutableMapping
 
 from scrun_py.base import flags
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:  # create imports this module for its clock: json and pathlib stay out
     from pathlib import Path
     from typing import Any
@@ -30,14 +30,6 @@ LEVELS: dict[str, int] = {lvl.word: lvl.number for lvl in flags.LEVELS}
 # (verbose, debug2..debug5): log_at() sets it, Sinks reads it.
 LEVEL_KEY = "scrun_level"
 SYSLOG_IDENT = "scrun-py"
-
-
-def parse_level(value: str, source: str, *, extra: tuple[str, ...] = ()) -> int:
-    """A Slurm level word or digit 0-9 → number; ConfigError (one line) otherwise.
-
-    'quiet' is accepted (Slurm's scrun rejects it for the SCRUN_*DEBUG variables).
-    """
-    return flags.level(level_word(value, source, extra=extra)).number
 
 
 def level_word(value: str, source: str, *, extra: tuple[str, ...] = ()) -> str:
@@ -79,7 +71,7 @@ def append_line(path: Path | str, line: str, mode: int = 0o644) -> None:
         os.close(fd)
 
 
-def fatal_record(msg: str, log_path: Path | None, log_format: str) -> None:
+def fatal_record(msg: str, log_path: Path | str | None, log_format: str) -> None:
     """One line on stderr and one error record in --log."""
     msg = " ".join(msg.split())
     try:

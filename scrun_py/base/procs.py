@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 
 # `state` imports this module: nothing here imports typing, dataclasses, signal (its
-# enums) or contextlib until it is used (mypy reads this name as typing's)
-TYPE_CHECKING = False
+# enums) or contextlib until it is used
+TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from typing import BinaryIO, Protocol
@@ -242,9 +242,9 @@ class Spawned:
             os.kill(self.pid, signum)
 
     def kill(self) -> None:
-        from scrun_py.base.signames import parse_signal
+        from scrun_py.base.signames import SIGKILL
 
-        self.send_signal(parse_signal("KILL"))
+        self.send_signal(SIGKILL)
 
 
 def resolve_program(name: str, env: Mapping[str, str]) -> str:
@@ -307,7 +307,7 @@ def spawn(argv: Sequence[str], env: Mapping[str, str], *, stderr: int,
     path; without `cwd` it is argv[0] as given).  Unlike subprocess, descriptors are not
     closed: the child gets those the caller made inheritable (Python makes none by
     itself)."""
-    from scrun_py.base.signames import parse_signal
+    from scrun_py.base.signames import SIGPIPE, SIGXFSZ
 
     program = resolve_program(argv[0], env)
     args = list(argv)
@@ -321,7 +321,7 @@ def spawn(argv: Sequence[str], env: Mapping[str, str], *, stderr: int,
                    (os.POSIX_SPAWN_DUP2, stderr, 2)]
         # the interpreter ignores these two, and an ignored signal stays ignored across
         # exec: restored, as subprocess does
-        restore = (parse_signal("PIPE"), parse_signal("XFSZ"))
+        restore = (SIGPIPE, SIGXFSZ)
         pid = os.posix_spawn(program, args, env, file_actions=actions, setsid=True,
                              setsigdef=restore)
     except BaseException:
@@ -350,10 +350,10 @@ def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
     try:
         out, _ = proc.communicate(stdin, timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        import signal
+        from scrun_py.base.signames import SIGKILL
 
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
+            os.killpg(proc.pid, SIGKILL)
         except ProcessLookupError:
             pass
         out, _ = proc.communicate()

@@ -55,7 +55,7 @@ class _Protocol:
     """Base of an interface mypy checks structurally; nothing at run time."""
 
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
     from typing import NamedTuple, Protocol
 else:

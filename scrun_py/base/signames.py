@@ -10,6 +10,10 @@ from scrun_py.base.errors import ScrunError
 
 SIGRTMIN = int(_signal.SIGRTMIN)
 SIGRTMAX = int(_signal.SIGRTMAX)
+# the signals base/procs.py sends or restores
+SIGKILL = int(_signal.SIGKILL)
+SIGPIPE = int(_signal.SIGPIPE)
+SIGXFSZ = int(_signal.SIGXFSZ)
 
 
 def parse_signal(value: str) -> int:

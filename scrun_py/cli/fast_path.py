@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from scrun_py.cli.argv_table import ARGS, OPTIONS, ROOTLESS_VALUES
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
@@ -205,11 +205,11 @@ def _log_error(what: str, name: str, exc: OSError) -> Exception:
 
 def fatal(argv: list[str], msg: str, code: int) -> int:
     """The end of a failed command: one line on stderr, one error record in --log."""
-    from scrun_py.base.invocation import log_file
+    from scrun_py.base.invocation import log_file_name
     from scrun_py.base.logs import fatal_record
 
     log_name, fmt = log_target(argv)
-    fatal_record(msg, log_file(log_name), fmt)
+    fatal_record(msg, log_file_name(log_name), fmt)
     return code
 
 

@@ -6,7 +6,7 @@ Imported by every verb: nothing here imports more than os.
 
 from __future__ import annotations
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
@@ -24,7 +24,7 @@ def audit(inv: Invocation, event: str, *, container_id: str, **fields: Any) -> N
         return
     from scrun_py.site import audit as trail
 
-    trail.emit(inv.slurm_conf_path(), event, container_id=container_id, **fields)
+    trail.emit(inv.slurm_conf_file(), event, container_id=container_id, **fields)
 
 
 def audited(inv: Invocation, event: str, act: Callable[[], None], *, container_id: str,

@@ -24,7 +24,7 @@ from scrun_py.container import spool, store
 from scrun_py.container.handle import site_file_may_apply
 from scrun_py.site import audit, trust
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
     from typing import Any
 
@@ -47,8 +47,8 @@ def run(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | 
     if site_file_may_apply(inv.slurm_conf_file()):
         from scrun_py.site import site_conf
 
-        site = site_conf.load(inv.slurm_conf_path())
-        settings = audit.load_settings(inv.slurm_conf_path(), site)
+        site = site_conf.load(inv.slurm_conf_file())
+        settings = audit.load_settings(inv.slurm_conf_file(), site)
     applied: list[str] = []
     try:
         site_policy, site_trust, site_dir = None, trust.Trust(), ""
@@ -197,10 +197,10 @@ def _apply_policy(inv: Invocation, container_id: str, loaded: Bundle,
                              rootfs=loaded.rootfs, subject=policy_subject())
     if outcome.changes:
         write_config(loaded, outcome.config)
-        if inv.log_path:
+        if inv.log_name:
             from scrun_py.base.logs import append_line, format_record
 
-            append_line(inv.log_path, format_record(
+            append_line(inv.log_name, format_record(
                 "info", "site policy rewrote config.json", inv.log_format,
                 {"id": container_id, "changes": outcome.changes}))
     return outcome.changes

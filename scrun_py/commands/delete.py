@@ -21,7 +21,7 @@ from scrun_py.base.layout import RUNNING, STOPPED
 from scrun_py.commands import audit
 from scrun_py.container.handle import Container, ContainerRecord, remove_pid_file
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
     from scrun_py.base.invocation import Invocation
 
@@ -78,7 +78,7 @@ def run_matching(inv: Invocation, pattern: str, force: bool) -> None:
     that fails is a warning on stderr, not a failure of the command."""
     from scrun_py.container import spool
 
-    for container_id in spool.matching_ids(inv.root, pattern):
+    for container_id in spool.matching_ids(inv.root_dir, pattern):
         try:
             run(inv, container_id, force)
         except ScrunError as exc:

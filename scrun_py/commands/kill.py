@@ -11,7 +11,7 @@ from scrun_py.base.signames import parse_signal
 from scrun_py.commands import audited
 from scrun_py.container.handle import KILL_TIMEOUT_S, Container
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
     from scrun_py.base.invocation import Invocation
 
@@ -39,7 +39,7 @@ def run_matching(inv: Invocation, pattern: str, signal: str | None) -> None:
     from scrun_py.container import spool
 
     parse_signal(signal or "TERM")
-    for container_id in spool.matching_ids(inv.root, pattern):
+    for container_id in spool.matching_ids(inv.root_dir, pattern):
         try:
             run(inv, container_id, signal)
         except ScrunError as exc:

@@ -7,7 +7,7 @@ from scrun_py.base.layout import RUNNING, STOPPED
 from scrun_py.commands import audited
 from scrun_py.container.handle import START_TIMEOUT_S, Container
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
     from scrun_py.base.invocation import Invocation
 

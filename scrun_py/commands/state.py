@@ -6,7 +6,7 @@ import sys
 
 from scrun_py.container.handle import Container
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
     from scrun_py.base.invocation import Invocation
 

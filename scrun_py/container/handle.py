@@ -18,7 +18,7 @@ from scrun_py.base.layout import CREATING, SITE_FILE, SOCKET_NAME, STATE_FILE, S
 from scrun_py.base.procs import process_start_time
 from scrun_py.container import fastjson
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
     from typing import Any, ClassVar
 

@@ -16,7 +16,7 @@ from scrun_py.base.layout import SOCKET_NAME, STATE_FILE
 from scrun_py.container import handle
 from scrun_py.container.handle import validate_id
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:  # create imports this module: re is the anchor's
     import _socket
 
@@ -94,26 +94,34 @@ def make_container_dir(root: PathArg, container_id: str) -> str:
     return path
 
 
-def write_atomic(path: PathArg, data: bytes, mode: int = 0o600, *, lock: bool = False) -> None:
-    """Write a file by rename so readers never see a partial file.
+def write_atomic(path: PathArg, data: bytes, mode: int = 0o600, *, lock: bool = False,
+                 owner: tuple[int, int] | None = None) -> None:
+    """Write a file by rename so readers never see a partial file: state.json, pid
+    files, the abandon script and a rewritten config.json all go through here
+    (oci/taskenv.py, which runs on nodes with the standard library alone, has its own).
 
     The temporary name is created with O_EXCL|O_NOFOLLOW, and rename replaces
     a symlink planted at `path` instead of following it (runc's pid file).  With
     `lock`, an fcntl write lock is held on the new file from before its content is
-    written until it has replaced `path`.
+    written until it has replaced `path`.  `owner` (uid, gid) is given to the new file
+    before its content is written.  On any failure the temporary file is removed.
     """
     path = os.fspath(path)
     head, name = os.path.split(path)
     tmp = os.path.join(head, f".{name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     try:
+        if owner is not None:
+            os.fchown(fd, *owner)
         if lock:
             import fcntl
 
             fcntl.lockf(fd, fcntl.LOCK_EX)
-        os.write(fd, data)
+        view = memoryview(data)
+        while view:  # os.write may write less than asked (a large config.json)
+            view = view[os.write(fd, view):]
         os.rename(tmp, path)
-    except OSError:
+    except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise

@@ -15,7 +15,7 @@ from scrun_py.container.handle import Container, ContainerRecord
 from scrun_py.container.spool import container_dir, write_atomic
 from scrun_py.container.status import Status
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
     from scrun_py.container.spool import PathArg
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from scrun_py.base.records import Protocol
 from scrun_py.hooks.contract import TIME_STR_INFINITE, TIME_STR_INVALID
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
     from typing import Any
 

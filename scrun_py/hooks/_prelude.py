@@ -7,7 +7,7 @@ so that errors point at the calling line of the site script.
 
 from __future__ import annotations
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
     from typing import Final
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from scrun_py.base.errors import HookError
 from scrun_py.base.records import Protocol
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
     from typing import Any, Final
 

@@ -22,7 +22,7 @@ from scrun_py.hooks._prelude import PRELUDE
 from scrun_py.hooks.contract import HOOKS, SLURM_CONSTANTS, STAGE_IN, STAGE_OUT
 from scrun_py.hooks.interface import HookContext, structlog_logger
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
     from typing import Any, Final
 

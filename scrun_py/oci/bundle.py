@@ -18,7 +18,7 @@ from scrun_py.base.errors import BundleError
 from scrun_py.base.records import NamedTuple
 from scrun_py.container import fastjson
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
     from typing import Any
 
@@ -147,18 +147,6 @@ class Bundle(NamedTuple):
     @property
     def config_file(self) -> str:
         return os.path.join(self.path, "config.json")
-
-    def imported_env(self, allowed: frozenset[str] | None = None) -> dict[str, str]:
-        """The entries of process.env that may steer scrun-py and Slurm: the names of
-        `allowed` (default: trust.CONTAINER_ENV, what the site has not widened).
-
-        Slurm's scrun imports every SCRUN_* and SLURM_* entry (and, through its prefix
-        check, every other one); which of them an image may set is site/trust.py's rule.
-        """
-        from scrun_py.site.trust import Trust
-
-        trust = Trust() if allowed is None else Trust(container_env=allowed)
-        return trust.split_env(self.config.process.env)[0]
 
 
 def _shown(text: str) -> str:
@@ -302,26 +290,17 @@ def bundle_rootfs_problem(bundle_dir: str, release: str) -> str:
 
 
 def write_config(bundle: Bundle, config: dict[str, Any]) -> None:
-    """Replace the bundle's config.json atomically, keeping its mode and owner."""
-    import contextlib
+    """Replace the bundle's config.json atomically (spool.write_atomic), keeping its mode
+    and, as root, its owner."""
     import json
 
+    from scrun_py.container.spool import write_atomic
+
     target = bundle.config_file
-    tmp = os.path.join(bundle.path, f".config.json.scrun-py.{os.getpid()}")
     try:
         st = os.stat(target)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW,
-                     st.st_mode & 0o7777)
-        try:
-            with os.fdopen(fd, "w") as fh:
-                if os.getuid() == 0:
-                    os.fchown(fh.fileno(), st.st_uid, st.st_gid)
-                json.dump(config, fh)
-            os.replace(tmp, target)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
+        write_atomic(target, json.dumps(config).encode(), st.st_mode & 0o7777,
+                     owner=(st.st_uid, st.st_gid) if os.getuid() == 0 else None)
     except OSError as exc:
         raise BundleError(f"bundle {bundle.path}: cannot rewrite config.json: "
                           f"{exc.strerror}") from exc

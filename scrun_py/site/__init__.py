@@ -2,5 +2,5 @@
 [audit], [policy] and [trust] tables (audit, policy, trust), Slurm's oci.conf
 (oci_conf, oci_conf_syntax, patterns) and what `scrun-py doctor` checks
 (doctor_checks).  May import base/, container/, hooks/ and slurm/; anchor/ and
-commands/ import it (and oci/bundle.py, lazily, site/trust.py's default allow-list).
+commands/ import it.
 """

@@ -26,9 +26,8 @@ from scrun_py.base.records import NamedTuple
 
 # create imports this module for every container, with or without a site file: json, re,
 # pathlib and the site file's reader are imported where a record or a setting needs them
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
-    from pathlib import Path
     from typing import Any
 
     from scrun_py.site.site_conf import SiteConf
@@ -43,7 +42,8 @@ class AuditSettings(NamedTuple):
         return bool(self.file) or self.syslog
 
 
-def load_settings(slurm_conf: Path, site: SiteConf | None = None) -> AuditSettings:
+def load_settings(slurm_conf: str | os.PathLike[str], site: SiteConf | None = None,
+                  ) -> AuditSettings:
     """The [audit] table of the site file (pass `site` when it is already loaded)."""
     import re
 
@@ -120,7 +120,8 @@ def record(settings: AuditSettings, event: str, *, container_id: str, **fields: 
         syslog_send(syslog.LOG_NOTICE, line)
 
 
-def emit(slurm_conf: Path, event: str, *, container_id: str, **fields: Any) -> None:
+def emit(slurm_conf: str | os.PathLike[str], event: str, *, container_id: str,
+         **fields: Any) -> None:
     """Load the site settings and record; a broken site file only warns here (create
     validates it up front)."""
     from scrun_py.base.errors import ConfigError

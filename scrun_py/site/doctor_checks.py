@@ -21,7 +21,7 @@ from pathlib import Path
 from scrun_py.base.errors import ScrunError
 from scrun_py.base.invocation import Invocation
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
     from scrun_py.slurm import choice
 
@@ -95,7 +95,7 @@ class Doctor:
 
     def __init__(self, inv: Invocation, timeout_s: float = PROBE_TIMEOUT_S) -> None:
         self.inv = inv
-        self.slurm_conf = inv.slurm_conf_path()
+        self.slurm_conf = Path(inv.slurm_conf_file())
         self.env = {**os.environ, "SLURM_CONF": str(self.slurm_conf)}
         self.version: tuple[int, int] | None = None
         self.checks: list[Check] = []
@@ -438,7 +438,7 @@ class Doctor:
         return Check("unprivileged user namespaces", OK, f"max_user_namespaces={limit}")
 
     def root_dir(self) -> Check:
-        root = self.inv.root
+        root = Path(self.inv.root_dir)
         probe = root
         while not os.path.exists(probe) and probe != probe.parent:
             probe = probe.parent

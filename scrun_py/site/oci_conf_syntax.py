@@ -33,7 +33,7 @@ from scrun_py.base.errors import OciConfError
 from scrun_py.base.flags import level_word
 from scrun_py.site.patterns import unknown_tokens
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
     import os
     from typing import Any

@@ -15,11 +15,16 @@ then the system's file (and scrun.lua) are used whatever slurm.conf the caller n
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, NamedTuple
 
 from scrun_py.base import layout
 from scrun_py.base.errors import ConfigError
 from scrun_py.base.layout import SITE_FILE
+from scrun_py.base.records import NamedTuple
+
+TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
+if TYPE_CHECKING:
+    import os
+    from typing import Any
 
 SECTIONS = ("audit", "policy", "trust")
 
@@ -50,8 +55,8 @@ class SiteConf(NamedTuple):
         return ConfigError(f"{self.path}: [{section}] {key}: {message}")
 
 
-def site_file(slurm_conf: Path) -> Path:
-    return slurm_conf.parent / SITE_FILE
+def site_file(slurm_conf: str | os.PathLike[str]) -> Path:
+    return Path(slurm_conf).parent / SITE_FILE
 
 
 def system_file() -> Path:
@@ -81,7 +86,7 @@ def _read(path: Path) -> dict[str, Any] | None:
     return data
 
 
-def load(slurm_conf: Path, system: Path | None = None) -> SiteConf:
+def load(slurm_conf: str | os.PathLike[str], system: Path | None = None) -> SiteConf:
     """The site file in use for `slurm_conf` (`system`: the system's file, for tests)."""
     system = system_file() if system is None else system
     system_data = _read(system) or {}

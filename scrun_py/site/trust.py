@@ -20,7 +20,7 @@ from scrun_py.base import flags
 from scrun_py.base.records import NamedTuple
 from scrun_py.slurm.options import SCRUN_OPTIONS
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:  # create uses the default rule without reading a site file
 
     from scrun_py.site.site_conf import SiteConf

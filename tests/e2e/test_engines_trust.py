@@ -1,4 +1,4 @@
-"""A hostile image's environment through the real engines (issue 23): `docker run -e`
+"""A hostile image's environment through the real engines: `docker run -e`
 and `podman run -e` are indistinguishable from an image's ENV, and neither may choose
 Slurm's configuration or a program Slurm runs outside the container."""
 

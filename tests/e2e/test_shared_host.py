@@ -1,4 +1,4 @@
-"""A shared login node (issue 23): another local user, an image's ENV or a caller's own
+"""A shared login node: another local user, an image's ENV or a caller's own
 flags play the attacker against scruntest's containers, Slurm and the site's settings.
 
 Each refusal has a control beside it, the same attempt where the site allows it or the

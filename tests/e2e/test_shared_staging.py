@@ -1,4 +1,4 @@
-"""lua/scrun-staging.lua on a shared login node (issue 23): the second test user makes
+"""lua/scrun-staging.lua on a shared login node: the second test user makes
 the first user's cache or staging directory first, in a shared sticky directory (what
 `/tmp/scrun-cache-UID` and `/tmp/scrun-staging-UID` are by default)."""
 

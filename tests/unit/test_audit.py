@@ -1,5 +1,6 @@
 """Unit tests for scrun_py.site.audit: the settings, who a record names, and which files
-a record may be written to (issue 23: a shared host's audit trail)."""
+a record may be written to on a shared host (where other users may have made
+the file or its directory first)."""
 
 # Expected value first, as everywhere in our tests (hence SIM300 is off for tests/).
 

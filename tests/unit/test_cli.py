@@ -276,8 +276,8 @@ class TestWiring:
             assert 0 == run(["--root", "rel", "--log", "l.json", "--log-format", "json",
                              "--debug", "state", "c1"])
         inv, container_id = verb.call_args.args
-        assert (tmp_path / "rel", Path("l.json"), "json", True, "c1") == (
-            inv.root, inv.log_path, inv.log_format, inv.debug, container_id)
+        assert (str(tmp_path / "rel"), "l.json", "json", True, "c1") == (
+            inv.root_dir, inv.log_name, inv.log_format, inv.debug, container_id)
 
     def test_kill_arguments(self, tmp_root: Path) -> None:
         """kill passes the id and the raw signal text; --all is accepted."""

@@ -122,6 +122,16 @@ class TestValidBundle:
 
 
 class TestImportedEnv:
+    """What `create` imports from a loaded bundle's process.env: the trust rule's
+    split (site/trust.py), as commands/create.py applies it."""
+
+    @staticmethod
+    def _imported(bundle: Path, allowed: frozenset[str] | None = None) -> dict[str, str]:
+        from scrun_py.site.trust import Trust
+
+        rule = Trust() if allowed is None else Trust(container_env=allowed)
+        return rule.split_env(load_bundle(bundle).config.process.env)[0]
+
     def test_only_allowed_names(self, bundle: Path) -> None:
         """Only the SCRUN_* names trust.CONTAINER_ENV allows are imported, values kept
         verbatim; SLURM_* (here SLURM_CONF) and unknown SCRUN_* names are not."""
@@ -131,18 +141,17 @@ class TestImportedEnv:
             "XSLURM_Y=1", "SCRUN_ACCOUNT=a=b", "SCRUN_QOS=", "SCRUN_PROLOG=/tmp/x",
         ])))
         assert {"SCRUN_PARTITION": "debug", "SCRUN_ACCOUNT": "a=b", "SCRUN_QOS": ""} == (
-            load_bundle(bundle).imported_env())
+            self._imported(bundle))
 
     def test_site_allows_more(self, bundle: Path) -> None:
         """Names the site allows are imported too."""
         _write(bundle, _config(process=_process(env=["SLURM_JOB_ID=7", "SLURM_CONF=/x"])))
-        assert {"SLURM_JOB_ID": "7"} == load_bundle(bundle).imported_env(
-            frozenset({"SLURM_JOB_ID"}))
+        assert {"SLURM_JOB_ID": "7"} == self._imported(bundle, frozenset({"SLURM_JOB_ID"}))
 
     def test_empty_env(self, bundle: Path) -> None:
         """A process without env imports nothing."""
         _write(bundle, _config(process={"args": ["sh"]}))
-        assert {} == load_bundle(bundle).imported_env()
+        assert {} == self._imported(bundle)
 
 
 class TestBundleErrors:
@@ -402,6 +411,22 @@ class TestWriteConfig:
         write_config(loaded, changed)
         assert changed == json.loads((bundle / "config.json").read_text())
         assert 0o640 == (bundle / "config.json").stat().st_mode & 0o777
+        assert ["config.json", "rootfs"] == sorted(p.name for p in bundle.iterdir())
+
+    def test_root_keeps_the_owner(self, bundle: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """As root, the new config.json is given the old one's owner before it is written
+        (an engine's bundle belongs to its user)."""
+        import os
+
+        from scrun_py.oci.bundle import write_config
+
+        st = (bundle / "config.json").stat()
+        given: list[tuple[int, int]] = []
+        monkeypatch.setattr(os, "getuid", lambda: 0)
+        monkeypatch.setattr(os, "fchown", lambda fd, uid, gid: given.append((uid, gid)))
+        loaded = load_bundle(bundle)
+        write_config(loaded, loaded.raw)
+        assert [(st.st_uid, st.st_gid)] == given
         assert ["config.json", "rootfs"] == sorted(p.name for p in bundle.iterdir())
 
     def test_unwritable_bundle_is_a_bundle_error(self, bundle: Path) -> None:

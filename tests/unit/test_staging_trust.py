@@ -1,4 +1,4 @@
-"""lua/scrun-staging.lua on a shared host (issue 23): the cache's key where every caller
+"""lua/scrun-staging.lua on a shared host: the cache's key where every caller
 shares it, image directory names overlay options cannot carry, and staging or cache
 directories another user made first."""
 

@@ -1,6 +1,6 @@
 """Unit tests for scrun_py.site.trust and the system site file of
 scrun_py.site.site_conf: what a caller's -f/SLURM_CONF/SCRUN_PY_LUA and an image's
-environment may steer (issue 23)."""
+environment may steer on a shared host."""
 
 # Expected value first, as everywhere in our tests (hence SIM300 is off for tests/).
 
