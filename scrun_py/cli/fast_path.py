@@ -205,11 +205,10 @@ def _log_error(what: str, name: str, exc: OSError) -> Exception:
 
 def fatal(argv: list[str], msg: str, code: int) -> int:
     """The end of a failed command: one line on stderr, one error record in --log."""
-    from scrun_py.base.invocation import log_file_name
     from scrun_py.base.logs import fatal_record
 
-    log_name, fmt = log_target(argv)
-    fatal_record(msg, log_file_name(log_name), fmt)
+    log_name, fmt = log_target(argv)  # the file already (crun's `file:` taken off)
+    fatal_record(msg, log_name, fmt)
     return code
 
 
