@@ -11,7 +11,7 @@ import os
 import sys
 
 from scrun_py.anchor import readiness
-from scrun_py.anchor.handoff import AnchorSpec
+from scrun_py.anchor.handoff import AnchorSpec, read_spec
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -151,8 +151,6 @@ def run_anchor(spec: AnchorSpec) -> int:
 
 
 def main() -> None:
-    from scrun_py.anchor.launch import read_spec
-
     args = sys.argv[1:]
     if len(args) != 2 or args[0] != "--spec-fd" or not args[1].isdigit():
         sys.stderr.write("usage: python -m scrun_py.anchor --spec-fd FD\n")

@@ -18,7 +18,8 @@ from scrun_py.base.logs import Logger
 from scrun_py.base.threads import Cancel
 from scrun_py.container import spool, store
 from scrun_py.container.status import Status
-from scrun_py.hooks.interface import HookContext, Hooks, NoHooks
+from scrun_py.hooks.context import HookContext
+from scrun_py.hooks.interface import Hooks, NoHooks
 from scrun_py.slurm.backend import Allocation
 
 TYPE_CHECKING = False

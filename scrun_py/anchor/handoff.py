@@ -96,3 +96,15 @@ class AnchorSpec(NamedTuple):
     @classmethod
     def from_json(cls, data: str) -> AnchorSpec:
         return cls(**fastjson.loads(data))
+
+
+def read_spec(fd: int) -> bytes:
+    """Everything on the pipe `fd` up to EOF (the writer closes it after the whole
+    spec; b"" when it closed without one); closes `fd`."""
+    chunks = []
+    try:
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks)

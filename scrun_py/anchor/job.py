@@ -37,6 +37,13 @@ REASON_ATTEMPTS = 6
 NO_REASON = ("", "None")
 
 
+def _rootfs_problem(bundle: str, release: str) -> str:
+    """oci/bundle.py bundle_rootfs_problem, imported only on a Slurm that needs it (the
+    backend calls this only there)."""
+    from scrun_py.oci.bundle import bundle_rootfs_problem
+
+    return bundle_rootfs_problem(bundle, release)
+
 class Job:
     def __init__(self, container: Container, backend: SlurmBackend, job_opts: JobOptions,
                  alloc_timeout_s: float | None) -> None:
@@ -169,7 +176,7 @@ class Job:
             step_opts=self.job_opts.step, pty_slave=container.pty_slave,
             pty=container.pty_slave is not None or (container.bundle.config.process.terminal
                                                     and os.isatty(0)),
-            stdio=(0, 1, 2))
+            stdio=(0, 1, 2), rootfs_problem=_rootfs_problem)
         container.event("launch started")
         self.step = self.backend.launch_step(req)
         if container.pty_slave is not None:

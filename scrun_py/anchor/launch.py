@@ -139,6 +139,7 @@ def _child(spec_read: int, ready_write: int, slurm_conf: str | None) -> NoReturn
             # (dockerd's shim, conmon) do not pass SLURM_CONF through to the runtime.
             os.environ["SLURM_CONF"] = os.path.abspath(slurm_conf)
         from scrun_py.anchor.__main__ import preload, run_anchor
+        from scrun_py.anchor.handoff import read_spec
 
         preload()
         data = read_spec(spec_read)
@@ -229,18 +230,6 @@ def write_spec(fd: int, data: bytes) -> None:
             view = view[os.write(fd, view):]
     finally:
         os.close(fd)
-
-
-def read_spec(fd: int) -> bytes:
-    """Everything on the pipe `fd` up to EOF (the writer closes it after the whole
-    spec; b"" when it closed without one); closes `fd`."""
-    chunks = []
-    try:
-        while chunk := os.read(fd, 65536):
-            chunks.append(chunk)
-    finally:
-        os.close(fd)
-    return b"".join(chunks)
 
 
 def userns_prefix() -> list[str]:

@@ -11,6 +11,9 @@ ABANDON_FILE = "on-abandon.sh"
 #: the site file, next to slurm.conf; the system's slurm.conf (read at call time: the
 #: tests that stand a directory in for /etc/slurm set it)
 SITE_FILE = "scrun-py.toml"
+#: the keys of the site file's [trust] table (site/site_conf.py refuses others from the
+#: system's file, site/trust.py reads them)
+TRUST_KEYS = ("site_files", "lua_override", "container_env")
 DEFAULT_SLURM_CONF = "/etc/slurm/slurm.conf"
 #: a container's status, as `state` prints it
 CREATING = "creating"

@@ -1,5 +1,5 @@
 """Pure-Python bodies of the ``slurm.*`` helpers (time strings, shell commands, JSON) and
-of the runtime setup (module search paths, cluster name).
+of the runtime setup (module search paths; the cluster name is slurm/conf.py's).
 
 No lupa here: Lua values arrive through the small ``LuaBridge`` protocol, so this module
 stays importable (and testable) without a Lua runtime.
@@ -134,31 +134,6 @@ def system_search_paths(version: tuple[int, int]) -> tuple[str, str]:
     path = f";{share}/?.lua;{share}/?/init.lua" if os.path.isdir(share) else ""
     cpath = "".join(f";{d}/?.so" for d in c_dirs if os.path.isdir(d))
     return path, cpath
-
-
-def cluster_name(slurm_conf: str | os.PathLike[str] | None) -> str | None:
-    """``ClusterName`` from slurm.conf (for ``slurm.CLUSTER_NAME``), or ``None``."""
-    if slurm_conf is None:
-        return None
-    try:
-        with open(slurm_conf, encoding="utf-8", errors="replace") as fh:
-            text = fh.read()
-    except OSError:
-        return None
-    # the first `ClusterName = value` line, the key in any case (slurm.conf's rule); no
-    # re: the anchor reads this before salloc runs
-    for line in text.split("\n"):
-        stripped = line.lstrip()
-        if stripped[:11].lower() != "clustername":
-            continue
-        rest = stripped[11:].lstrip()
-        if not rest.startswith("="):
-            continue
-        value = rest[1:].lstrip()
-        end = next((i for i, ch in enumerate(value) if ch.isspace() or ch == "#"), len(value))
-        if end:
-            return value[:end]
-    return None
 
 
 # -- JSON <-> Lua ---------------------------------------------------------------------------

@@ -1,14 +1,14 @@
 """What the anchor sees of the stage-in and stage-out hooks: the context a hook call
-gets, the interface, which script applies (load_hooks), and the hooks of a site
-without scrun.lua.  lua.py runs the script's."""
+gets (context.py), the interface, which script applies (load_hooks),
+and the hooks of a site without scrun.lua.  lua.py runs the script's."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 
 from scrun_py.base.errors import HookError
 from scrun_py.base.records import Protocol
+from scrun_py.hooks.context import HookContext, structlog_logger
 
 TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
@@ -19,27 +19,6 @@ if TYPE_CHECKING:
 SCRIPT_NAME: Final = "scrun.lua"
 LUA_SCRIPT_ENV: Final = "SCRUN_PY_LUA"
 LUA_VERSION_ENV: Final = "SCRUN_PY_LUA_VERSION"
-
-
-class HookContext:
-    """What a hook call sees; ``set_bundle_path``/``set_root_path`` change it in place."""
-
-    def __init__(self, container_id: str, bundle: str, orig_bundle: str, root_path: str,
-                 orig_root_path: str, spool_dir: str, config_file: str, job_id: int,
-                 user_id: int, group_id: int, env: dict[str, str],
-                 remote_argv: Callable[[str], list[str]]) -> None:
-        self.container_id = container_id
-        self.bundle = bundle
-        self.orig_bundle = orig_bundle
-        self.root_path = root_path
-        self.orig_root_path = orig_root_path
-        self.spool_dir = spool_dir
-        self.config_file = config_file
-        self.job_id = job_id
-        self.user_id = user_id
-        self.group_id = group_id
-        self.env = env
-        self.remote_argv = remote_argv
 
 
 class Hooks(Protocol):
@@ -74,13 +53,6 @@ def find_script(slurm_conf: PathArg | None, override: str | None = None) -> str 
     return path if os.path.isfile(path) else None
 
 
-def structlog_logger() -> Any:
-    """The anchor's logger where a caller gave none."""
-    import structlog
-
-    return structlog.get_logger()
-
-
 def load_hooks(slurm_conf: PathArg | None, override: str | None = None,
                lua_version: str | None = None, log: Any = None,
                site_dir: PathArg | None = None) -> Hooks:
@@ -98,9 +70,9 @@ def load_hooks(slurm_conf: PathArg | None, override: str | None = None,
     if script is None:
         (log if log is not None else structlog_logger()).debug("no scrun.lua, hooks disabled")
         return NoHooks()
-    from scrun_py.hooks import _builtins
     from scrun_py.hooks.lua import DEFAULT_LUA, LuaHooks
+    from scrun_py.slurm.conf import cluster_name
 
     version = lua_version or os.environ.get(LUA_VERSION_ENV) or DEFAULT_LUA
-    return LuaHooks.load(script, version, cluster_name=_builtins.cluster_name(slurm_conf),
+    return LuaHooks.load(script, version, cluster_name=cluster_name(slurm_conf),
                          log=log)

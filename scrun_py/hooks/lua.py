@@ -18,9 +18,8 @@ from scrun_py.base import logs
 from scrun_py.base.errors import HookError
 from scrun_py.base.flags import LADDER
 from scrun_py.hooks import _builtins
-from scrun_py.hooks._prelude import PRELUDE
+from scrun_py.hooks.context import HookContext, structlog_logger
 from scrun_py.hooks.contract import HOOKS, SLURM_CONSTANTS, STAGE_IN, STAGE_OUT
-from scrun_py.hooks.interface import HookContext, structlog_logger
 
 TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
@@ -108,6 +107,21 @@ class _Bridge:
         return self._helpers.new_table(kind)
 
 
+#: the Lua run in every fresh runtime before scrun.lua (it builds ``slurm`` and ``json``),
+#: a file the package ships beside this module
+PRELUDE_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "prelude.lua")
+
+
+def read_prelude() -> str:
+    """The text of prelude.lua (read with open(): importlib.resources costs an import)."""
+    try:
+        with open(PRELUDE_FILE, encoding="utf-8") as fh:
+            return fh.read()
+    except OSError as exc:
+        raise HookError(f"{PRELUDE_FILE}: cannot read scrun-py's Lua prelude "
+                        f"({exc.strerror}): the installation is incomplete") from None
+
+
 class LuaHooks:
     """scrun.lua loaded into its own Lua runtime; one instance per anchor."""
 
@@ -138,8 +152,8 @@ class LuaHooks:
         if cluster_name:
             constants["CLUSTER_NAME"] = cluster_name
         self._helpers: Any = self._runtime.execute(
-            PRELUDE, self._runtime.table_from(callbacks), self._runtime.table_from(constants),
-            name="=scrun-py prelude")
+            read_prelude(), self._runtime.table_from(callbacks),
+            self._runtime.table_from(constants), name="=scrun-py prelude")
         self._bridge = _Bridge(self._helpers)
         package = self._runtime.globals().package
         extra_path, extra_cpath = _builtins.system_search_paths(self._runtime.lua_version)

@@ -26,12 +26,9 @@ if TYPE_CHECKING:
     from scrun_py.slurm import choice
 
 OK, WARN, FAIL, SKIP = "ok", "warning", "failed", "skipped"
-SLURM_COMMANDS = ("salloc", "srun", "scancel", "squeue", "sinfo")
 _MARK = {OK: "✔", WARN: "!", FAIL: "✘", SKIP: "-"}
 #: how long the commands of all the checks may take together (they run at once)
 PROBE_TIMEOUT_S = 4.0
-#: what scontrol ping prints under its DOWN lines
-_PING_BANNER = ("RESTORE SLURMCTLD DAEMON TO SERVICE",)
 
 
 @dataclass
@@ -105,7 +102,9 @@ class Doctor:
         self._runtime_cmd: str | None = None
         self._oci_conf_ok = False
         self._unmunged = False  # set once munge -n has given a credential
-        self._missing = [c for c in SLURM_COMMANDS if shutil.which(c) is None]
+        from scrun_py.slurm.argv import CLIENT_COMMANDS
+
+        self._missing = [c for c in CLIENT_COMMANDS if shutil.which(c) is None]
         self._conf_problem = self._slurm_conf_problem()
 
     def _slurm_conf_problem(self) -> str:
@@ -152,7 +151,7 @@ class Doctor:
         return _run(argv, timeout_s=self._remaining(), stdin=stdin, env=env)
 
     def _start_probes(self) -> None:
-        from scrun_py.slurm.argv import build_version_argv
+        from scrun_py.slurm.argv import build_ping_argv, build_version_argv
 
         def munge() -> tuple[int, str]:
             rc, cred = self._command(["munge", "-n"])
@@ -170,8 +169,8 @@ class Doctor:
         }
         if not self._conf_problem:  # srun and scontrol retry a missing slurm.conf for 60 s
             if not self._missing:
-                work["srun"] = lambda: self._command(build_version_argv(), env=self.env)
-            work["ping"] = lambda: self._command(["scontrol", "ping"], env=self.env)
+                work["version"] = lambda: self._command(build_version_argv(), env=self.env)
+            work["ping"] = lambda: self._command(build_ping_argv(), env=self.env)
         self._probes = {name: _Probe(fn) for name, fn in work.items()}
 
     def _probe(self, name: str, what: str) -> tuple[int, str]:
@@ -198,11 +197,11 @@ class Doctor:
                          f"slurm.conf even for --version ({self._conf_problem})")
         from scrun_py.slurm.parse import parse_version
 
-        rc, out = self._probe("srun", "srun --version")
+        rc, out = self._probe("version", "srun --version")
         if rc == 0:
             self.version = parse_version(out)
         if self.version is None:
-            said = out if out.startswith("srun") else f"srun --version: {out}"
+            said = out if out.startswith(("srun:", "srun --version")) else f"srun --version: {out}"
             return Check(name, FAIL, said[:200], "check the Slurm installation")
         if self.version < (22, 5):
             return Check(name, FAIL, out, "scrun-py needs Slurm 22.05 or newer")
@@ -230,19 +229,14 @@ class Doctor:
         name = "slurmctld answering"
         if self._conf_problem:
             return self._needs_conf(name)
+        from scrun_py.slurm.parse import parse_ping
+
         rc, out = self._probe("ping", "scontrol ping")
-        lines = [ln.strip() for ln in out.splitlines() if ln.strip()]
-        if rc == 0 and "UP" in out:
-            return Check(name, OK, lines[0])
-        # scontrol ping ends with a banner of asterisks: the DOWN lines say what is down
-        down = [ln for ln in lines if ln.endswith(" is DOWN")]
-        said = [ln for ln in lines if ln.strip("*").strip()
-                and not any(b in ln for b in _PING_BANNER)]
-        found = "; ".join(down) if down else (said[-1] if said else f"exit {rc}")
-        if "Munge encode failed" in out or "authentication error" in out:
-            auth = next((ln for ln in lines if "Munge encode failed" in ln), "")
-            return Check(name, FAIL, f"{found}: this host cannot authenticate to it "
-                                     f"({auth.removeprefix('scontrol: error: ') or 'munge'})",
+        up, found, auth = parse_ping(rc, out)
+        if up:
+            return Check(name, OK, found)
+        if auth is not None:
+            return Check(name, FAIL, f"{found}: this host cannot authenticate to it ({auth})",
                          "start munged, or fix the socket of AuthInfo in slurm.conf (see "
                          "the munge check); slurmctld itself may be up")
         return Check(name, FAIL, found[:200],

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from scrun_py.base import layout
 from scrun_py.base.errors import ConfigError
-from scrun_py.base.layout import SITE_FILE
+from scrun_py.base.layout import SITE_FILE, TRUST_KEYS
 from scrun_py.base.records import NamedTuple
 
 TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
@@ -93,9 +93,7 @@ def load(slurm_conf: str | os.PathLike[str], system: Path | None = None) -> Site
     trust = system_data.get("trust", {})
     if not isinstance(trust, dict):
         raise ConfigError(f"{system}: [trust] must be a table")
-    from scrun_py.site.trust import KEYS
-
-    unknown = sorted(set(trust) - set(KEYS))
+    unknown = sorted(set(trust) - set(TRUST_KEYS))
     if unknown:  # checked whatever file is in use: a typo must not switch a setting off
         raise ConfigError(f"{system}: [trust]: unknown key {unknown[0]}")
     pinned = trust.get("site_files", "any")

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from scrun_py.base import flags
+from scrun_py.base.layout import TRUST_KEYS
 from scrun_py.base.records import NamedTuple
 from scrun_py.slurm.options import SCRUN_OPTIONS
 
@@ -25,7 +26,6 @@ if TYPE_CHECKING:  # create uses the default rule without reading a site file
 
     from scrun_py.site.site_conf import SiteConf
 
-KEYS = ("site_files", "lua_override", "container_env")  # site_conf checks them
 LUA_OVERRIDE_ENV = "SCRUN_PY_LUA"
 # SCRUN_* options whose value is a program srun runs (on the login node, or on the node
 # before the container): an image must not choose what runs outside its container
@@ -78,7 +78,7 @@ def _names(site: SiteConf, value: object) -> frozenset[str]:
 
 
 def parse(site: SiteConf) -> Trust:
-    table = site.section("trust", KEYS)
+    table = site.section("trust", TRUST_KEYS)
     system = site.system_trust
     lua = [t.get("lua_override", True) for t in (system, table)]
     if not all(isinstance(v, bool) for v in lua):

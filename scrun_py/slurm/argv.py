@@ -127,3 +127,12 @@ def signal_shell_command(kill_pattern: str, *, job_id: int, step_id: int, signal
     ids = " ".join(str(t) for t in range(tasks_per_node))
     return f"rc=1; for t in {ids}; do {cmd} && rc=0; done; exit $rc"
 
+
+
+#: the Slurm client commands scrun-py runs (doctor checks that each is on PATH)
+CLIENT_COMMANDS = ("salloc", "srun", "scancel", "squeue", "sinfo")
+
+
+def build_ping_argv(scontrol: str = "scontrol") -> list[str]:
+    """Whether slurmctld answers (parsed by parse.parse_ping)."""
+    return [scontrol, "ping"]

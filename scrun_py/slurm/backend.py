@@ -50,6 +50,10 @@ class StepRequest(NamedTuple):
     pty: bool = False  # srun --pty
     pty_slave: int | None = None  # stdio of srun (also its controlling terminal)
     stdio: tuple[int, int, int] = (0, 1, 2)
+    # (bundle, release name) → why a Slurm whose slurmstepd runs BUNDLE/rootfs whatever
+    # config.json's root.path says would run another rootfs than the config names, or
+    # "" (the anchor passes oci/bundle.py bundle_rootfs_problem); None: not checked
+    rootfs_problem: Callable[[str, str], str] | None = None
 
 
 class StepExit(NamedTuple):

@@ -153,10 +153,8 @@ class CliSlurm:
     # ---- the container step -----------------------------------------------------------------
     def launch_step(self, req: StepRequest) -> Step:
         version = self._slurm_version()
-        if not releases.has(version, "root.path"):
-            from scrun_py.oci.bundle import bundle_rootfs_problem
-
-            problem = bundle_rootfs_problem(req.bundle, releases.release_name(version))
+        if req.rootfs_problem is not None and not releases.has(version, "root.path"):
+            problem = req.rootfs_problem(req.bundle, releases.release_name(version))
             if problem:
                 raise StepLaunchFailed(problem)
         argv = slurm_argv.build_srun_argv(

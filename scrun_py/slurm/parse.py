@@ -123,3 +123,27 @@ def transient_launch_failure(reason: str) -> bool:
     """A step that could not be created because slurmctld did not answer: trying again
     later can work (the container never ran)."""
     return any(t in reason for t in _TRANSIENT)
+
+
+# what `scontrol ping` prints under its DOWN lines
+_PING_BANNER = ("RESTORE SLURMCTLD DAEMON TO SERVICE",)
+
+
+def parse_ping(status: int, text: str) -> tuple[bool, str, str | None]:
+    """`scontrol ping`'s exit status and output → (up, what it said, auth).
+
+    `what it said`: the first line when slurmctld is up; else its DOWN lines, or the last
+    line that is not the banner of asterisks scontrol ends with, or `exit N`.  `auth`:
+    None, or (when this host cannot authenticate to slurmctld) the munge error without
+    scontrol's prefix ("munge" when scontrol names none)."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if status == 0 and "UP" in text:
+        return True, lines[0], None
+    down = [ln for ln in lines if ln.endswith(" is DOWN")]
+    said = [ln for ln in lines if ln.strip("*").strip()
+            and not any(b in ln for b in _PING_BANNER)]
+    found = "; ".join(down) if down else (said[-1] if said else f"exit {status}")
+    if "Munge encode failed" in text or "authentication error" in text:
+        auth = next((ln for ln in lines if "Munge encode failed" in ln), "")
+        return False, found, auth.removeprefix("scontrol: error: ") or "munge"
+    return False, found, None

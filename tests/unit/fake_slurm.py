@@ -21,7 +21,7 @@ from typing import Any
 from scrun_py.anchor.table import FATAL_BY_DEFAULT
 from scrun_py.base.errors import AllocationFailed
 from scrun_py.base.threads import Cancel, Cancelled
-from scrun_py.hooks.interface import HookContext
+from scrun_py.hooks.context import HookContext
 from scrun_py.slurm.backend import (
     Allocation,
     JobInfo,

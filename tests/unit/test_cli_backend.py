@@ -13,6 +13,7 @@ import pytest
 
 from scrun_py.base.errors import AllocationFailed, StepLaunchFailed
 from scrun_py.base.threads import Cancel, Cancelled
+from scrun_py.oci.bundle import bundle_rootfs_problem
 from scrun_py.slurm import cli_backend, salloc_holder
 from scrun_py.slurm.backend import Allocation, StepRequest
 from scrun_py.slurm.cli_backend import CliSlurm
@@ -173,7 +174,8 @@ class TestStep:
         (bundle / "rootfs").mkdir(parents=True)
         (bundle / "config.json").write_text('{"root": {"path": "."}}')
         req = StepRequest(job_id=55, container_id="c1", bundle=str(bundle), args=["true"],
-                          env=dict(os.environ), stdio=(0, 1, 2))
+                          env=dict(os.environ), stdio=(0, 1, 2),
+                          rootfs_problem=bundle_rootfs_problem)
         if refused:
             with pytest.raises(StepLaunchFailed) as info:
                 backend(bin_dir).launch_step(req)

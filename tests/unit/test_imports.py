@@ -164,7 +164,9 @@ class TestDependencyDirection:
 
 class TestSlurmBoundary:
     """Only scrun_py/slurm/ knows Slurm's command lines and output: the anchor and the
-    verbs go through a backend (or slurm/cancel.py, slurm/stderr_filter.py)."""
+    verbs go through a backend (or slurm/cancel.py, slurm/stderr_filter.py); no module
+    outside slurm/ names a Slurm command to run (doctor takes its command lines from
+    slurm/argv.py, what they print is read by slurm/parse.py)."""
 
     SEALED = ("scrun_py.slurm.argv", "scrun_py.slurm.parse")
 
@@ -178,6 +180,56 @@ class TestSlurmBoundary:
         """`from scrun_py.slurm import argv, parse` (the CLI backend's way) is seen, else
         the check above proves nothing."""
         assert set(self.SEALED) <= imports_of("scrun_py.slurm.cli_backend")
+
+    #: the names of Slurm's client commands and daemons' tools a module could run
+    COMMANDS = frozenset({"salloc", "srun", "scancel", "squeue", "sinfo", "scontrol",
+                          "sbatch", "sacct", "sacctmgr", "sstat", "sattach", "sprio",
+                          "sshare", "sdiag", "strigger", "sreport"})
+    #: where a command's name stands outside slurm/, and why it may
+    NAMED_OUTSIDE = frozenset({
+        # oci.conf's SrunPath default (Slurm's documented one): a site setting the
+        # anchor passes to slurm/argv.py's builders, not an argv
+        ("scrun_py.anchor.handoff", "srun"), ("scrun_py.site.oci_conf", "srun"),
+        ("scrun_py.site.oci_conf_syntax", "srun"),
+        # `--version`'s slurm line: base/ imports no other layer, and the verb imports
+        # nothing beyond base/version.py (TestNoClickVerbsStayLean.test_the_command_script)
+        ("scrun_py.base.version", "srun"),
+    })
+
+    @staticmethod
+    def _commands_named(module: str, commands: frozenset[str]) -> set[str]:
+        """The Slurm commands `module` names in a string of its own: a literal that is
+        exactly a command's name (an argv's head, a program looked up on PATH), or an
+        argv literal whose head starts with one ("srun --version" in a message is text)."""
+        tree = ast.parse(_modules()[module].read_text())
+        found = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and node.value in commands:
+                found.add(str(node.value))
+            elif isinstance(node, (ast.List, ast.Tuple)) and node.elts:
+                head = _literal_prefix(node.elts[0])
+                if head is not None and head.split(" ")[0] in commands:
+                    found.add(head.split(" ")[0])
+        return found
+
+    def test_no_module_outside_slurm_names_a_command(self) -> None:
+        """Outside scrun_py/slurm/, no module builds a Slurm command line or names a Slurm
+        command to run: slurm/argv.py's builders (and CLIENT_COMMANDS) do, slurm/parse.py
+        and slurm/conf.py read what Slurm prints and slurm.conf."""
+        named = {(m, name) for m in _modules() if not m.startswith("scrun_py.slurm")
+                 for name in self._commands_named(m, self.COMMANDS)}
+        assert set() == named - self.NAMED_OUTSIDE
+
+    def test_the_exceptions_are_still_needed(self) -> None:
+        """Each exception names a command the module still names (else it goes)."""
+        stale = {(m, name) for m, name in self.NAMED_OUTSIDE
+                 if name not in self._commands_named(m, self.COMMANDS)}
+        assert set() == stale
+
+    def test_the_command_check_sees_an_argv(self) -> None:
+        """The check finds slurm/argv.py's builders' commands, else it proves nothing."""
+        assert {"salloc", "srun", "scancel", "squeue", "scontrol"} <= self._commands_named(
+            "scrun_py.slurm.argv", self.COMMANDS)
 
 
 class TestAnchorStaysLean:

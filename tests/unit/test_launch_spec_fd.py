@@ -17,7 +17,7 @@ from typing import Any, cast
 
 import pytest
 
-from scrun_py.anchor import launch, readiness
+from scrun_py.anchor import handoff, launch, readiness
 from scrun_py.anchor.handoff import AnchorSpec, BundleInfo, ConfigInfo, ProcessInfo
 from scrun_py.base.invocation import Invocation
 
@@ -70,7 +70,7 @@ def test_read_spec_gets_a_spec_larger_than_the_pipe_buffer() -> None:
     read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
     writer = threading.Thread(target=launch.write_spec, args=(write_fd, data))
     writer.start()
-    got = launch.read_spec(read_fd)
+    got = handoff.read_spec(read_fd)
     writer.join(10)
     assert data == got
     for fd in (read_fd, write_fd):  # both closed

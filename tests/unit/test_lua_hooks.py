@@ -24,8 +24,9 @@ from structlog.testing import capture_logs
 from scrun_py.base.errors import HookError
 from scrun_py.base.flags import LADDER
 from scrun_py.base.logs import LEVEL_KEY, LEVELS, Sinks, configure_structlog
+from scrun_py.hooks.context import HookContext
 from scrun_py.hooks.contract import SLURM_CONSTANTS
-from scrun_py.hooks.interface import HookContext, NoHooks, find_script, load_hooks
+from scrun_py.hooks.interface import NoHooks, find_script, load_hooks
 from scrun_py.hooks.lua import DEFAULT_LUA, LuaHooks, lupa_module_name
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,6 +96,27 @@ def load_error(path: Path) -> str:
     with pytest.raises(HookError) as info:
         LuaHooks.load(path)
     return str(info.value)
+
+
+class TestPrelude:
+    """The Lua prelude is prelude.lua, beside hooks/lua.py, shipped as package data."""
+
+    def test_a_file_the_package_ships(self) -> None:
+        from scrun_py.hooks import lua
+
+        assert Path(lua.__file__).with_name("prelude.lua") == Path(lua.PRELUDE_FILE)
+        assert "local py, constants = ..." in lua.read_prelude()
+        pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
+        assert '[tool.setuptools.package-data]\n# the Lua prelude hooks/lua.py runs before ' \
+               'scrun.lua\n"scrun_py.hooks" = ["*.lua"]\n' in pyproject
+
+    def test_missing(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Without its prelude the installation is broken, and the error says so."""
+        from scrun_py.hooks import lua
+
+        monkeypatch.setattr(lua, "PRELUDE_FILE", str(tmp_path / "prelude.lua"))
+        with pytest.raises(HookError, match="cannot read scrun-py's Lua prelude"):
+            lua.read_prelude()
 
 
 class TestLoad:
@@ -658,7 +680,7 @@ class TestShippedScripts:
 VERSION_PROBE = """
 import json, sys
 from pathlib import Path
-from scrun_py.hooks.interface import HookContext
+from scrun_py.hooks.context import HookContext
 from scrun_py.hooks.lua import LuaHooks
 hooks = LuaHooks.load(Path(sys.argv[1]), sys.argv[2])
 ctx = HookContext("c1", "/b", "/b", "/b/r", "/b/r", "/s/", "/b/config.json", 42, 1000, 1000,

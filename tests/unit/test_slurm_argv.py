@@ -127,6 +127,12 @@ CASES: dict[str, tuple[str, Callable[[], Rendered]]] = {
     "version": (
         "build_version_argv('/opt/slurm/bin/srun')",
         lambda: slurm_argv.build_version_argv("/opt/slurm/bin/srun")),
+    "ping": (
+        "build_ping_argv('/opt/slurm/bin/scontrol')",
+        lambda: slurm_argv.build_ping_argv("/opt/slurm/bin/scontrol")),
+    "client_commands": (
+        "CLIENT_COMMANDS",
+        lambda: list(slurm_argv.CLIENT_COMMANDS)),
     "scancel_job": (
         "build_scancel_argv(42)",
         lambda: slurm_argv.build_scancel_argv(42)),

@@ -85,3 +85,44 @@ class TestStepLaunchFailure:
                                               "failure)")
         assert not parse.transient_launch_failure(
             "Requested node configuration is not available")
+
+
+#: what 22.05's `scontrol ping` prints while slurmctld is down
+PING_DOWN = ("Slurmctld(primary) at ctl is DOWN\n"
+             "*****************************************\n"
+             "** RESTORE SLURMCTLD DAEMON TO SERVICE **\n"
+             "*****************************************\n")
+
+
+class TestPing:
+    def test_up(self) -> None:
+        assert (True, "Slurmctld(primary) at ctl is UP", None) == parse.parse_ping(
+            0, "Slurmctld(primary) at ctl is UP\n")
+
+    def test_down(self) -> None:
+        """The DOWN lines, not the banner of asterisks under them."""
+        assert (False, "Slurmctld(primary) at ctl is DOWN", None) == parse.parse_ping(
+            1, PING_DOWN)
+
+    def test_backup_down_too(self) -> None:
+        text = ("Slurmctld(primary) at a is DOWN\nSlurmctld(backup) at b is DOWN\n"
+                + PING_DOWN.split("\n", 1)[1])
+        assert (False, "Slurmctld(primary) at a is DOWN; Slurmctld(backup) at b is DOWN",
+                None) == parse.parse_ping(1, text)
+
+    def test_other_output(self) -> None:
+        """No DOWN line: the last line said; nothing said: the exit status."""
+        assert (False, "scontrol: error: x", None) == parse.parse_ping(1, "scontrol: error: x\n")
+        assert (False, "exit 7", None) == parse.parse_ping(7, "")
+
+    def test_exit_zero_without_up(self) -> None:
+        assert (False, "odd", None) == parse.parse_ping(0, "odd\n")
+
+    def test_munge(self) -> None:
+        """This host cannot authenticate: the munge error, without scontrol's prefix."""
+        text = ("scontrol: error: Munge encode failed: Failed to access socket\n"
+                "slurm_ping: Protocol authentication error\n")
+        assert (False, "slurm_ping: Protocol authentication error",
+                "Munge encode failed: Failed to access socket") == parse.parse_ping(1, text)
+        assert (False, "x authentication error", "munge") == parse.parse_ping(
+            1, "x authentication error\n")

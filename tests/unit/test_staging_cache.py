@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from scrun_py.hooks.interface import HookContext
+from scrun_py.hooks.context import HookContext
 from scrun_py.hooks.lua import LuaHooks
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +36,7 @@ SQUEUE_GONE = ('#!/bin/sh\n[ "$3" = 42 ] || { echo RUNNING; exit 0; }\n'
 DRIVER = """
 import json, sys
 from pathlib import Path
-from scrun_py.hooks.interface import HookContext
+from scrun_py.hooks.context import HookContext
 from scrun_py.hooks.lua import LuaHooks
 args = json.loads(sys.argv[1])
 ctx = HookContext(**args["ctx"], remote_argv=lambda cmd: ["/bin/sh", "-c", cmd])

@@ -1,18 +1,8 @@
-"""Lua source run in every fresh runtime before scrun.lua: builds ``slurm`` and ``json``.
-
-Only Lua text lives here; ``hooks.lua`` runs it with the Python callbacks as arguments.
-Formatting (``string.format``), argument-order handling and error positions are done in Lua
-so that errors point at the calling line of the site script.
-"""
-
-from __future__ import annotations
-
-TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
-if TYPE_CHECKING:
-    from typing import Final
-
-
-PRELUDE: Final = r"""
+-- The prelude scrun-py runs in every fresh Lua runtime before scrun.lua: it builds the
+-- `slurm` and `json` tables.  hooks/lua.py runs it with the Python callbacks and the
+-- constants as arguments (`...`).  Formatting (string.format), argument-order handling
+-- and error positions are done here, in Lua, so that errors point at the calling
+-- line of the site script.
 local py, constants = ...
 local type, tostring, tonumber, select = type, tostring, tonumber, select
 local error, pcall, xpcall, rawequal = error, pcall, xpcall, rawequal
@@ -217,4 +207,3 @@ local function is_function(name) return type(_G[name]) == "function" end
 
 return { kind_of = kind_of, new_table = new_table, load_script = load_script,
          call_hook = call_hook, is_function = is_function }
-"""
