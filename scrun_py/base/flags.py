@@ -152,9 +152,15 @@ VERBS: tuple[Verb, ...] = (
     Verb("version", True, "", "Print the version."),
     Verb("doctor", True, "",
          "Check everything a site needs (Slurm, munge, oci.conf, scrun.lua, runtime, ...)."),
+    Verb("list", True, "", "List the caller's containers under --root (with their Slurm "
+         "job ids)."),
+    Verb("spec", True, "", "Write a default config.json into the bundle."),
+    Verb("exec", True, "<container-id> [command...]",
+         "Run a process in a running container (a step beside it on its node)."),
+    Verb("ps", True, "<container-id>",
+         "List the container's processes (pids on its compute node)."),
     *(Verb(name, False, "...", "(runc/crun verb; not supported by scrun-py)")
-      for name in ("exec", "pause", "resume", "ps", "update", "checkpoint", "restore",
-                   "events", "list", "spec", "mounts")),
+      for name in ("pause", "resume", "update", "checkpoint", "restore", "events", "mounts")),
 )
 
 # -- flags ------------------------------------------------------------------------------
@@ -250,6 +256,29 @@ FLAGS: tuple[Flag, ...] = (
          "matches it."),
     Flag("doctor", ("--json",), "as_json", None, "applied", ("scrun-py",),
          "Print the checks as JSON."),
+    Flag("list", ("-f", "--format"), "fmt", "FORMAT", "applied", ("runc", "crun"),
+         "Output format (json adds slurmJobId to runc's fields).", kind="choice",
+         choices=("table", "json"), default="table"),
+    Flag("list", ("-q", "--quiet"), "quiet", None, "applied", ("runc", "crun"),
+         "Print only the container ids."),
+    Flag("exec", ("-p", "--process"), "process", "FILE", "applied", ("runc", "crun"),
+         "process.json: args, env, cwd, user, terminal."),
+    Flag("exec", ("-d", "--detach"), "detach", None, "applied", ("runc", "crun"),
+         "Return once the process runs; its supervisor's pid goes to --pid-file."),
+    Flag("exec", ("--pid-file",), "pid_file", "FILE", "applied", ("runc", "crun"),
+         "Write the supervisor's pid (it exits with the process's status) here."),
+    Flag("exec", ("--console-socket",), "console_socket", "SOCKET", "applied",
+         ("runc", "crun"), "AF_UNIX socket that receives the pty master."),
+    Flag("exec", ("-t", "--tty"), "tty", None, "applied", ("runc", "crun"),
+         "Allocate a pseudo-TTY."),
+    Flag("ps", ("-f", "--format"), "fmt", "FORMAT", "applied", ("runc", "crun"),
+         "Output format: json is runc's array of pids; table a PID column.", kind="choice",
+         choices=("table", "json"), default="table"),
+    Flag("spec", ("-b", "--bundle"), "bundle", "DIR", "applied", ("runc", "crun"),
+         "Bundle directory to write config.json into (default: the current directory)."),
+    Flag("spec", ("--rootless",), "rootless", None, "applied", ("runc", "crun"),
+         "Write the rootless variant (user namespace, uid/gid mappings, no cgroup "
+         "namespace resources)."),
 )
 
 # Words that take the next word as their value when they come without `=VALUE`.

@@ -79,6 +79,31 @@ OPTIONS: dict[str, dict[str, Option]] = {
     'doctor': {
         '--json': ('as_json', 'flag', 'applied', None, '--json', ()),
     },
+    'list': {
+        '-f': ('fmt', 'value', 'applied', 'table', '--format', ('table', 'json')),
+        '--format': ('fmt', 'value', 'applied', 'table', '--format', ('table', 'json')),
+        '-q': ('quiet', 'flag', 'applied', None, '--quiet', ()),
+        '--quiet': ('quiet', 'flag', 'applied', None, '--quiet', ()),
+    },
+    'spec': {
+        '-b': ('bundle', 'value', 'applied', None, '--bundle', ()),
+        '--bundle': ('bundle', 'value', 'applied', None, '--bundle', ()),
+        '--rootless': ('rootless', 'flag', 'applied', None, '--rootless', ()),
+    },
+    'exec': {
+        '-p': ('process', 'value', 'applied', None, '--process', ()),
+        '--process': ('process', 'value', 'applied', None, '--process', ()),
+        '-d': ('detach', 'flag', 'applied', None, '--detach', ()),
+        '--detach': ('detach', 'flag', 'applied', None, '--detach', ()),
+        '--pid-file': ('pid_file', 'value', 'applied', None, '--pid-file', ()),
+        '--console-socket': ('console_socket', 'value', 'applied', None, '--console-socket', ()),
+        '-t': ('tty', 'flag', 'applied', None, '--tty', ()),
+        '--tty': ('tty', 'flag', 'applied', None, '--tty', ()),
+    },
+    'ps': {
+        '-f': ('fmt', 'value', 'applied', 'table', '--format', ('table', 'json')),
+        '--format': ('fmt', 'value', 'applied', 'table', '--format', ('table', 'json')),
+    },
 }
 ARGS: dict[str, tuple[str, ...]] = {
     'create': ('container-id',),
@@ -90,5 +115,9 @@ ARGS: dict[str, tuple[str, ...]] = {
     'features': (),
     'version': (),
     'doctor': (),
+    'list': (),
+    'spec': (),
+    'exec': ('container-id', 'command...?'),
+    'ps': ('container-id',),
 }
 ROOTLESS_VALUES = ('true', 'false', 'auto', '1', '0')

@@ -144,6 +144,42 @@ def _doctor(inv: Invocation, as_json: bool) -> None:
     verb.run(inv, as_json)
 
 
+@_register_verb("list")
+def _list(inv: Invocation, fmt: str, quiet: bool) -> None:
+    from scrun_py.commands import list as verb
+
+    verb.run(inv, fmt, quiet)
+
+
+@_register_verb("exec")
+def _exec(inv: Invocation, container_id: str, process: str | None, detach: bool,
+          pid_file: str | None, console_socket: str | None, tty: bool,
+          command: tuple[str, ...] = ()) -> None:
+    from scrun_py.commands import exec as verb
+
+    sys.exit(verb.run(inv, container_id, process, detach, pid_file, console_socket, tty,
+                      command))
+
+
+# runc's positional form: `exec ID COMMAND...`, whose options after ID are COMMAND's
+_exec.params.append(click.Argument(["command"], nargs=-1))
+_exec.allow_interspersed_args = False
+
+
+@_register_verb("ps")
+def _ps(inv: Invocation, container_id: str, fmt: str) -> None:
+    from scrun_py.commands import ps as verb
+
+    verb.run(inv, container_id, fmt)
+
+
+@_register_verb("spec")
+def _spec(inv: Invocation, bundle: str | None, rootless: bool) -> None:
+    from scrun_py.commands import spec as verb
+
+    verb.run(inv, bundle, rootless)
+
+
 @_register_verb("version")
 def _version(inv: Invocation) -> None:
     click.echo(version_text())
@@ -171,10 +207,13 @@ for _name in UNSUPPORTED:
 
 
 def _normalize(argv: list[str]) -> list[str]:
-    """`--rootless` may come without a value (`--rootless create …`): give it one."""
+    """The global `--rootless` may come without a value (`--rootless create …`): give it
+    one.  After the verb `spec`, `--rootless` is spec's own flag, which takes none."""
     out: list[str] = []
     for i, arg in enumerate(argv):
         out.append(arg)
+        if arg == "spec" and (i == 0 or argv[i - 1] not in ("--root", "--log", "-f")):
+            return out + argv[i + 1:]
         if arg == "--rootless" and (i + 1 >= len(argv) or
                                     argv[i + 1] not in flags.ROOTLESS_VALUES):
             out.append("auto")

@@ -20,13 +20,13 @@ from scrun_py.base import procs
 from scrun_py.base.errors import AnchorStartupFailed, ScrunError, rebuild
 from scrun_py.base.invocation import Invocation
 from scrun_py.base.logs import rfc3339_now
+from scrun_py.commands.runtime import runtime_settings
 from scrun_py.container import spool, store
 from scrun_py.container.handle import site_file_may_apply
 from scrun_py.site import audit, trust
 
 TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
-    from typing import Any
 
     from scrun_py.oci.bundle import Bundle
     from scrun_py.site import policy
@@ -92,7 +92,7 @@ def _create(inv: Invocation, container_id: str, bundle: str | None, pid_file: st
         raise ScrunError(f"pid file directory does not exist: {os.path.dirname(pid_path)}")
     if console_socket and not loaded.config.process.terminal:
         console_socket = None  # runc ignores it when no terminal is requested
-    runtime = RuntimeSettings(**_runtime_settings(inv))
+    runtime = RuntimeSettings(**runtime_settings(inv))
     bundle_info = _bundle_info(inv, container_id, loaded, site_trust)
     spool.ensure_root(inv.root_dir)
     cdir = spool.make_container_dir(inv.root_dir, container_id)
@@ -165,22 +165,6 @@ def _bundle_info(inv: Invocation, container_id: str, loaded: Bundle,
                               list(process.args), process.env, loaded.rootfs),
                                               terminal=loaded.config.process.terminal),
                           annotations=dict(loaded.config.annotations)))
-
-
-def _runtime_settings(inv: Invocation) -> dict[str, Any]:
-    """The oci.conf settings the anchor uses (`RuntimeSettings`' fields): every key read
-    without pydantic (oci_conf_syntax.read_fields); a file that reader is not sure of
-    goes through the full model, which accepts it or words the problem."""
-    from scrun_py.site.oci_conf_syntax import read_fields, read_text
-
-    path = os.path.join(os.path.dirname(inv.slurm_conf_file()), "oci.conf")
-    text = read_text(path)
-    fields = read_fields(text)
-    if fields is None:
-        from scrun_py.site.oci_conf import parse_oci_conf
-
-        fields = parse_oci_conf(text, source=path).model_dump()
-    return {name: fields[name] for name in RuntimeSettings._fields}
 
 
 def _apply_policy(inv: Invocation, container_id: str, loaded: Bundle,

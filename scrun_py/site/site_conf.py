@@ -1,6 +1,7 @@
 """The site file `scrun-py.toml`, next to slurm.conf: one table per concern.
 
     [audit]    -> scrun_py.site.audit
+    [exec]     -> exec_runtime (the node runtime `exec` and `ps` run)
     [policy]   -> scrun_py.site.policy
     [trust]    -> scrun_py.site.trust
 
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     import os
     from typing import Any
 
-SECTIONS = ("audit", "policy", "trust")
+SECTIONS = ("audit", "exec", "policy", "trust")
 
 
 class SiteConf(NamedTuple):
@@ -103,3 +104,14 @@ def load(slurm_conf: str | os.PathLike[str], system: Path | None = None) -> Site
     if pinned == "system" or path == system:
         return SiteConf(system, system_data, trust, system)
     return SiteConf(path, _read(path) or {}, trust, system)
+
+
+def exec_runtime(slurm_conf: str | os.PathLike[str]) -> str | None:
+    """`[exec] runtime`: the node runtime `exec` runs, with its global options and
+    oci.conf's pattern tokens (`crun --rootless=true --root=/run/crun-%u`); None when
+    unset (then RunTimeKill's runtime and options)."""
+    site = load(slurm_conf)
+    value = site.section("exec", ("runtime",)).get("runtime")
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise site.error("exec", "runtime", "must be a non-empty string")
+    return value

@@ -136,3 +136,59 @@ CLIENT_COMMANDS = ("salloc", "srun", "scancel", "squeue", "sinfo")
 def build_ping_argv(scontrol: str = "scontrol") -> list[str]:
     """Whether slurmctld answers (parsed by parse.parse_ping)."""
     return [scontrol, "ping"]
+
+
+#: the runtimes whose command line a node runtime command is derived from
+NODE_RUNTIMES = ("crun", "runc")
+
+
+def node_runtime_command(kill_pattern: str, words: Sequence[str], *, job_id: int,
+                         step_id: int) -> str:
+    """A shell command running the node's OCI runtime on the container: `words` (a verb
+    and its options, already shell-quoted) between the runtime and its global options
+    and the container's id on the node, both taken from oci.conf's RunTimeKill (e.g.
+    `crun --root=/run/crun-%u kill %n.%u.%j.%s.%t` + `ps --format json` →
+    `crun --root=/run/crun-"$(id -un)" ps --format json "${SLURMD_NODENAME}".…`).
+    The tokens are expanded as signal_shell_command expands them, for task 0.
+    ValueError when RunTimeKill is no crun or runc command line with a `kill` verb
+    and a container id, or holds a token this cannot expand."""
+    parts = kill_pattern.split()
+    first = 1 if parts[:1] == ["exec"] else 0
+    if len(parts) <= first or parts[first].rsplit("/", 1)[-1] not in NODE_RUNTIMES:
+        raise ValueError("RunTimeKill does not run crun or runc")
+    if "kill" not in parts:
+        raise ValueError("RunTimeKill has no kill verb")
+    verb = parts.index("kill")
+    ids = [w for w in parts[verb + 1:] if "%" in w]
+    if not ids:
+        raise ValueError("RunTimeKill names no container id pattern")
+    pattern = " ".join([*parts[first:verb], *words, ids[-1]])
+    values = {"%": "%", "j": str(job_id), "s": str(step_id), "t": "0",
+              "n": '"${SLURMD_NODENAME}"', "u": '"$(id -un)"', "U": '"$(id -u)"'}
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        if pattern[i] != "%":
+            out.append(pattern[i])
+            i += 1
+            continue
+        if i + 1 >= len(pattern) or pattern[i + 1] not in values:
+            raise ValueError(f"%{pattern[i + 1:i + 2]}")
+        out.append(values[pattern[i + 1]])
+        i += 2
+    return "".join(out)
+
+
+def build_node_step_argv(*, job_id: int, command: str, srun_path: str = "srun",
+                         srun_args: Sequence[str] = (), name: str = "scrun-ps",
+                         nodelist: str | None = None, pty: bool = False) -> list[str]:
+    """A helper step of one task beside the container's (`--overlap`), on `nodelist`
+    (default: the job's first node, where the container's task 0 runs), running
+    `/bin/sh -c command`."""
+    argv = [srun_path, *srun_args, f"--jobid={job_id}", f"--job-name={name}", "--overlap",
+            "--quiet", "--nodes=1", "--ntasks=1"]
+    if nodelist:
+        argv.append(f"--nodelist={nodelist}")
+    if pty:
+        argv.append("--pty")
+    return [*argv, "--", "/bin/sh", "-c", command]

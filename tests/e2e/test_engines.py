@@ -348,15 +348,22 @@ class TestEngines:
             assert "OCI runtime error" in res.stderr
         assert elapsed < 30
 
-    def test_exec_and_pause_are_not_supported(self, engine: Engine) -> None:
-        name = _name("unsup")
+    def test_exec_works_and_pause_is_not_supported(self, engine: Engine) -> None:
+        """`exec` runs a process in the container on its node (output and exit code
+        reach the engine); `pause` is refused and the container keeps running."""
+        name = _name("exec")
         res = engine.run("-d", "--name", name, engine.image, "sleep", "120")
         try:
             assert 0 == res.returncode, res.stderr
             wait_until(lambda: engine.exit_code(name)[0] == "running", "running")
-            ex = engine("exec", name, "true")
-            assert 0 != ex.returncode
-            assert "exec is not supported by scrun-py" in ex.stdout + ex.stderr
+            ex = engine("exec", name, "echo", "exec-ok")
+            assert (0, "exec-ok\n") == (ex.returncode, ex.stdout), ex.stderr
+            ex = engine("exec", name, "sh", "-c", "exit 7")
+            assert 7 == ex.returncode, ex.stderr
+            ex = engine("exec", "-t", name, "sh", "-c", "test -t 0 && echo tty-ok")
+            assert (0, "tty-ok") == (ex.returncode, ex.stdout.strip()), ex.stderr
+            ex = engine("exec", "-i", name, "cat", input="in-ok\n")
+            assert (0, "in-ok\n") == (ex.returncode, ex.stdout), ex.stderr
             pause = engine("pause", name)
             assert 0 != pause.returncode
             if engine.name == "podman" and engine.user.uid != 0:

@@ -34,6 +34,11 @@ UPSTREAM: dict[str, dict[str, set[str]]] = {
         "start": set(), "state": set(), "features": set(),
         "kill": {"--all", "-a"},
         "delete": {"--force", "-f"},
+        "list": {"--format", "-f", "--quiet", "-q"},
+        "spec": {"--bundle", "-b", "--rootless"},
+        "ps": {"--format", "-f"},
+        "exec": {"--process", "-p", "--detach", "-d", "--pid-file", "--console-socket",
+                 "--tty", "-t"},
     },
     "crun": {
         "": {"--debug", "--cgroup-manager", "--systemd-cgroup", "--log", "--log-format",
@@ -46,6 +51,7 @@ UPSTREAM: dict[str, dict[str, set[str]]] = {
         "start": set(), "state": set(), "features": set(),
         "kill": {"--all", "-a", "--regex", "-r"},
         "delete": {"--force", "-f", "--regex", "-r"},
+        "list": {"--format", "-f", "--quiet", "-q"},
     },
     "scrun": {
         "": {"--cgroup-manager", "--debug", "--log", "--log-format", "--root", "--rootless",
@@ -62,7 +68,7 @@ RUNC_VERBS = {"checkpoint", "create", "delete", "events", "exec", "kill", "list"
 CRUN_EXTRA_VERBS = {"mounts"}
 VERB_MODULE = {"create": "create", "run": "run", "start": "start", "state": "state",
                "kill": "kill", "delete": "delete", "features": "features",
-               "doctor": "doctor"}
+               "doctor": "doctor", "list": "list", "spec": "spec", "ps": "ps", "exec": "exec"}
 
 
 

@@ -165,6 +165,25 @@ CASES: dict[str, tuple[str, Callable[[], Rendered]]] = {
         "tasks_per_node=2)",
         lambda: slurm_argv.signal_shell_command(CRUN_KILL, job_id=42, step_id=0, signal=15,
                                                 tasks_per_node=2)),
+    "node_runtime_ps": (
+        f"node_runtime_command({CRUN_KILL!r}, ['ps', '--format', 'json'], job_id=42, "
+        "step_id=0)",
+        lambda: slurm_argv.node_runtime_command(CRUN_KILL, ["ps", "--format", "json"],
+                                                job_id=42, step_id=0)),
+    "node_runtime_exec_uid": (
+        f"node_runtime_command({CRUN_KILL_UID!r}, ['exec', '--tty', '--cwd', '/w'], "
+        "job_id=7, step_id=3)",
+        lambda: slurm_argv.node_runtime_command(CRUN_KILL_UID, ["exec", "--tty", "--cwd", "/w"],
+                                                job_id=7, step_id=3)),
+    "node_step_default": (
+        "build_node_step_argv(job_id=42, command='crun ps c')",
+        lambda: slurm_argv.build_node_step_argv(job_id=42, command="crun ps c")),
+    "node_step_pty_nodelist": (
+        "build_node_step_argv(job_id=42, command='crun exec c sh', srun_path='/opt/srun', "
+        "srun_args=['--mpi=none'], name='scrun-exec', nodelist='n1', pty=True)",
+        lambda: slurm_argv.build_node_step_argv(
+            job_id=42, command="crun exec c sh", srun_path="/opt/srun",
+            srun_args=["--mpi=none"], name="scrun-exec", nodelist="n1", pty=True)),
 }
 
 
@@ -232,6 +251,23 @@ class TestGoldenHelper:
 
 
 class TestBuilders:
+    @pytest.mark.parametrize(("pattern", "why"), [
+        ("docker kill %n", "does not run crun or runc"),
+        ("crun --root=/r delete %n.%j", "no kill verb"),
+        ("crun kill -a", "no container id"),
+        ("crun kill %n.%x", "%x"),
+    ])
+    def test_node_runtime_refuses(self, pattern: str, why: str) -> None:
+        """A RunTimeKill that is no crun/runc kill of a container id gives no command."""
+        with pytest.raises(ValueError, match=why):
+            slurm_argv.node_runtime_command(pattern, ["ps"], job_id=1, step_id=0)
+
+    def test_node_runtime_exec_prefix_and_path(self) -> None:
+        """`exec /usr/bin/runc … kill ID` keeps the binary's path and drops the shell's
+        exec; `-a` and the signal after the id are not kept."""
+        assert '/usr/bin/runc --root=/r ps 1.0.0' == slurm_argv.node_runtime_command(
+            "exec /usr/bin/runc --root=/r kill -a %j.%s.%t 9", ["ps"], job_id=1, step_id=0)
+
     def test_salloc_forces_job_name_first(self) -> None:
         """salloc always gets --job-name=scrun before the caller's options."""
         argv = slurm_argv.build_salloc_argv(["--job-name=mine"])

@@ -1,0 +1,235 @@
+"""`exec [--process FILE] [--detach] [--pid-file P] [--console-socket S] [--tty] ID
+[COMMAND...]`: run another process in a running container.
+
+The container runs on a compute node: a supervisor (this process, or with --detach a
+child of it that outlives it) runs a helper step of one task beside the container's
+(`srun --jobid J --overlap`), whose command is the node runtime's `exec` on the
+container's id on the node, both taken from oci.conf's RunTimeKill
+(slurm/argv.node_runtime_command), or `[exec] runtime` in scrun-py.toml.  The process's
+args, env, cwd, user and terminal come from process.json (--process, as docker and
+podman pass it) or, in runc's positional form, from COMMAND and the bundle's
+config.json.  stdio pass through srun (a pty with --tty/--console-socket); srun's own
+exit report is dropped from stderr.  The supervisor forwards SIGTERM, SIGINT, SIGHUP,
+SIGUSR1 and SIGUSR2 to srun and exits with srun's status: the process's, 128+N for
+signal N.  srun signals every process of the step: a USR1/USR2 reaches the process and
+ends the node's runtime too (status 128+N); TERM, INT and HUP end the step.  The
+supervisor's pid is what --pid-file holds.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from scrun_py.base.errors import ScrunError
+from scrun_py.base.layout import CREATED, RUNNING, STOPPED
+from scrun_py.container.handle import Container
+
+TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
+if TYPE_CHECKING:
+    from typing import Any
+
+    from scrun_py.base.invocation import Invocation
+    from scrun_py.container.handle import ContainerRecord
+
+FORWARDED = ("SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGUSR2")
+
+
+class Process:
+    """What to run: a subset of the OCI process object."""
+
+    def __init__(self, args: list[str], env: list[str], cwd: str, terminal: bool,
+                 uid: int = 0, gid: int = 0) -> None:
+        self.args = args
+        self.env = env
+        self.cwd = cwd
+        self.terminal = terminal
+        self.uid = uid
+        self.gid = gid
+
+    def runtime_words(self) -> list[str]:
+        """The node runtime's `exec` options, shell-quoted, `%` doubled (the pattern
+        expansion of node_runtime_command turns `%%` back into `%`)."""
+        import shlex
+
+        words = ["exec"]
+        if self.terminal:
+            words.append("--tty")
+        words += [f"--env={e}" for e in self.env]
+        words += [f"--cwd={self.cwd}"]
+        if self.uid or self.gid:
+            words.append(f"--user={self.uid}:{self.gid}")
+        return [shlex.quote(w).replace("%", "%%") for w in words]
+
+
+def exec_record(inv: Invocation, container_id: str) -> ContainerRecord:
+    """The record of a running container; runc's words for a stopped one, and the
+    same form for a created one (its process runs on a node only after start)."""
+    with Container(inv.root_dir, container_id) as container:
+        record = container.record()
+        status = container.status(record)
+    if status == STOPPED:
+        raise ScrunError("cannot exec in a stopped container")
+    if status == CREATED:
+        raise ScrunError("cannot exec in a created container (scrun-py runs a container's "
+                         "processes only once it is started)")
+    if status != RUNNING:
+        raise ScrunError(f"cannot exec in a {status} container")
+    return record
+
+
+def _load_json(path: str, what: str) -> Any:
+    import json
+
+    try:
+        with open(path, "rb") as fh:
+            return json.loads(fh.read())
+    except OSError as exc:
+        raise ScrunError(f"open {path}: {(exc.strerror or str(exc)).lower()}") from None
+    except ValueError as exc:
+        raise ScrunError(f"{what} {path}: not JSON: {exc}") from None
+
+
+def load_process(process_file: str | None, command: list[str], tty: bool,
+                 bundle: str) -> Process:
+    """The process from process.json, or from `command` with the env and cwd of the
+    bundle's config.json (runc's positional form); runc's checks (validateProcessSpec)."""
+    if process_file:
+        if command:
+            raise ScrunError("exec: give either --process or a command, not both")
+        raw = _load_json(process_file, "process")
+    else:
+        config = _load_json(os.path.join(bundle, "config.json"), "config")
+        base = config.get("process") if isinstance(config, dict) else None
+        base = base if isinstance(base, dict) else {}
+        raw = {"args": command, "env": base.get("env", []), "cwd": base.get("cwd", "/"),
+               "terminal": tty, "user": base.get("user", {})}
+    if not isinstance(raw, dict):
+        raise ScrunError("process is not a JSON object")
+    args, env, cwd = raw.get("args"), raw.get("env") or [], raw.get("cwd", "")
+    user: dict[str, Any] = raw["user"] if isinstance(raw.get("user"), dict) else {}
+    if not isinstance(args, list) or not args or not all(isinstance(a, str) for a in args):
+        raise ScrunError("args must not be empty")
+    if not isinstance(env, list) or not all(isinstance(e, str) for e in env):
+        raise ScrunError("env must be a list of strings")
+    if not isinstance(cwd, str) or not cwd:
+        raise ScrunError("Cwd property must not be empty")
+    if not cwd.startswith("/"):
+        raise ScrunError("Cwd must be an absolute path")
+    uid, gid = user.get("uid", 0), user.get("gid", 0)
+    if type(uid) is not int or type(gid) is not int:
+        raise ScrunError("user uid and gid must be integers")
+    return Process(args, env, cwd, bool(raw.get("terminal")) or tty, uid, gid)
+
+
+def step_argv(inv: Invocation, record: ContainerRecord,
+              proc: Process) -> tuple[list[str], dict[str, str]]:
+    """The helper step's argv and environment."""
+    from scrun_py.commands.ps import NodeTarget
+    from scrun_py.slurm.node_step import exec_command
+
+    target = NodeTarget(inv, record, verb="exec", runtime=exec_runtime_setting(inv))
+    command = target.derived(lambda: exec_command(target.runtime, proc.runtime_words(),
+                                                  proc.args))
+    return target.step_argv(command, pty=proc.terminal), target.env()
+
+
+def exec_runtime_setting(inv: Invocation) -> str | None:
+    """scrun-py.toml's `[exec] runtime`: the node runtime and its global options (None:
+    RunTimeKill's)."""
+    from scrun_py.container.handle import site_file_may_apply
+
+    if not site_file_may_apply(inv.slurm_conf_file()):
+        return None
+    from scrun_py.site import site_conf
+
+    return site_conf.exec_runtime(inv.slurm_conf_file())
+
+
+def supervise(argv: list[str], env: dict[str, str], *, slave: int | None = None) -> int:
+    """Run srun, forwarding FORWARDED signals to it; its exit status (128+N when a
+    signal N ended it).  With `slave` (a pty), srun's stdio is the pty; else stdin and
+    stdout are ours and stderr goes through the relay that drops srun's exit report."""
+    import signal
+    import subprocess
+
+    from scrun_py.slurm.stderr_relay import StderrRelay
+
+    child: list[subprocess.Popen[bytes]] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        if child and child[0].returncode is None:
+            child[0].send_signal(signum)
+
+    for name in FORWARDED:
+        signal.signal(getattr(signal, name), forward)
+    relay = StderrRelay(2) if slave is None else None
+    try:
+        if slave is not None:
+            proc = subprocess.Popen(argv, env=env, stdin=slave, stdout=slave, stderr=slave,
+                                    start_new_session=True)
+            os.close(slave)
+        else:
+            assert relay is not None
+            proc = subprocess.Popen(argv, env=env, stderr=relay.write_fd)
+            relay.start()
+        child.append(proc)
+        while True:
+            try:
+                code = proc.wait()
+                break
+            except InterruptedError:
+                continue
+        if relay is not None:
+            relay.drain()
+    except OSError as exc:
+        raise ScrunError(f"exec: cannot run {argv[0]}: {exc.strerror}") from None
+    finally:
+        if relay is not None:
+            relay.close()
+    return 128 - code if code < 0 else code
+
+
+def run(inv: Invocation, container_id: str, process: str | None = None,
+        detach: bool = False, pid_file: str | None = None,
+        console_socket: str | None = None, tty: bool = False,
+        command: tuple[str, ...] | list[str] = ()) -> int:
+    """Exit status of the process (0 with --detach once the supervisor runs)."""
+    record = exec_record(inv, container_id)
+    proc = load_process(process, list(command), tty, record.bundle)
+    argv, env = step_argv(inv, record, proc)
+    slave = None
+    if proc.terminal and console_socket:
+        from scrun_py.anchor.console import open_pty, send_master
+
+        master, slave, name = open_pty()
+        try:
+            send_master(console_socket, master, name)
+        finally:
+            os.close(master)
+    elif proc.terminal and not os.isatty(0):
+        raise ScrunError("process.terminal is true but no --console-socket was given")
+    if not detach:
+        if pid_file:
+            from scrun_py.container.spool import write_pid_file
+
+            write_pid_file(pid_file, os.getpid())
+        return supervise(argv, env, slave=slave)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the supervisor: the caller (a subreaper shim, conmon) reaps it
+        code = 1
+        try:
+            code = supervise(argv, env, slave=slave)
+        except ScrunError as exc:
+            os.write(2, f"scrun-py: {exc}\n".encode())
+        finally:
+            os._exit(code)
+    if slave is not None:
+        os.close(slave)
+    if pid_file:
+        from scrun_py.container.spool import write_pid_file
+
+        write_pid_file(pid_file, pid)
+    return 0

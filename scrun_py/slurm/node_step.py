@@ -1,0 +1,83 @@
+"""Helper steps beside a running container's step, on its node: what `ps` and `exec`
+run there (the node's OCI runtime on the container's id on the node, derived from
+oci.conf's RunTimeKill by argv.node_runtime_command), and the container step's id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from scrun_py.slurm import argv as slurm_argv
+
+#: waiting for squeue, and for `ps`'s step
+QUERY_TIMEOUT_S = 60.0
+
+# Run on the node by `ps`.  A rootless runtime without a cgroup of its own cannot list
+# the container's processes (crun: `the container is not using cgroups`): then the init
+# process (`state`'s pid) and its descendants (/proc/PID/task/*/children), as a JSON
+# array like `ps --format json` prints.
+_PS_SCRIPT = """{ps} 2>/dev/null && exit 0
+pid=$({state} | sed -n 's/^.*"pid": *\\([0-9][0-9]*\\).*$/\\1/p' | head -n 1)
+[ -n "$pid" ] && [ "$pid" != 0 ] || exit 1
+all=$pid; new=$pid
+while [ -n "$new" ]; do
+  next=; for p in $new; do next="$next $(cat /proc/$p/task/*/children 2>/dev/null)"; done
+  new=$(echo $next); [ -z "$new" ] || all="$all $new"
+done
+echo "[$(echo $all | tr ' ' ',')]"
+"""
+
+
+class NodeRuntime:
+    """The node runtime's command line for one container step: RunTimeKill's runtime
+    and global options (or `runtime`, the site's `[exec] runtime`) and its container id
+    pattern, expanded for `job_id`.`step_id` task 0."""
+
+    def __init__(self, kill_pattern: str, *, job_id: int, step_id: int,
+                 runtime: str | None = None) -> None:
+        if runtime:
+            ids = [w for w in kill_pattern.split() if "%" in w]
+            kill_pattern = f"{runtime} kill {ids[-1] if ids else ''}"
+        self.kill_pattern = kill_pattern
+        self.job_id = job_id
+        self.step_id = step_id
+
+    def command(self, words: Sequence[str]) -> str:
+        """ValueError when the pattern is no crun/runc kill command line."""
+        return slurm_argv.node_runtime_command(self.kill_pattern, words, job_id=self.job_id,
+                                               step_id=self.step_id)
+
+
+def ps_script(runtime: NodeRuntime) -> str:
+    return _PS_SCRIPT.format(ps=runtime.command(["ps", "--format", "json"]),
+                             state=runtime.command(["state"]))
+
+
+def exec_command(runtime: NodeRuntime, words: Sequence[str], args: Sequence[str]) -> str:
+    """`<runtime> exec <words> <id> <args>`: `words` shell-quoted with `%` doubled."""
+    import shlex
+
+    return runtime.command(words) + " " + shlex.join(args)
+
+
+def step_argv(job_id: int, command: str, *, srun_path: str, srun_args: Sequence[str],
+              name: str, pty: bool = False) -> list[str]:
+    return slurm_argv.build_node_step_argv(job_id=job_id, command=command, srun_path=srun_path,
+                                           srun_args=srun_args, name=name, pty=pty)
+
+
+def container_step_id(job_id: int, env: dict[str, str]) -> int | None:
+    """The id of the job's container step (named scrun) from squeue; None if none."""
+    import subprocess
+
+    from scrun_py.slurm import parse
+    from scrun_py.slurm.options import JOB_NAME
+
+    try:
+        res = subprocess.run(slurm_argv.build_step_list_argv(job_id), env=env,
+                             capture_output=True, text=True, timeout=QUERY_TIMEOUT_S,
+                             check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    ids = parse.parse_step_ids(res.stdout, JOB_NAME)
+    return max(ids) if res.returncode == 0 and ids else None
