@@ -105,7 +105,7 @@ CASES: tuple[Case, ...] = (
          "usage error, exit 2: `Got unexpected extra argument (…)`"),
     Case("BI-40", "usage", "unknown verb, unknown global option, bad `--log-format`",
          "usage error, exit 2"),
-    Case("BI-41", "usage", "runc verb scrun-py does not implement (`exec`, `pause`)",
+    Case("BI-41", "usage", "runc verb scrun-py does not implement (`pause`, `update`)",
          "fails: `… is not supported by scrun-py`"),
     Case("BI-42", "state", "`start` of a running container, then of a stopped one",
          "fails: `cannot start an already running container` / `… that has stopped`; "

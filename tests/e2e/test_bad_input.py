@@ -340,7 +340,7 @@ class TestUsage:
         assert "--log-format [text|json]" in res.stdout
 
     @pytest.mark.case("BI-41")
-    @pytest.mark.parametrize("verb", ["exec", "pause", "ps"])
+    @pytest.mark.parametrize("verb", ["pause", "resume", "update", "checkpoint"])
     def test_unsupported_verb(self, env: Env, verb: str) -> None:
         """runc verbs scrun-py does not implement say so."""
         assert_failed(env, run_in_work(env, verb, "a"), f"{verb} is not supported by scrun-py")
