@@ -122,28 +122,31 @@ class CliSlurm:
                 f"SLURM_JOB_ID={job_id} is not a running job ({state or res.status})")
         return Allocation(job_id=job_id, env=dict(env), owned=False)
 
-    def job_info(self, job_id: int) -> JobInfo | None:
+    def _query(self, argv: list[str]) -> str | None:
+        """A read-only query's output; None when it fails or times out (the callers
+        treat an unknown answer as no answer)."""
         try:
-            res = self._run(slurm_argv.build_job_info_argv(job_id), timeout_s=15)
+            res = self._run(argv, timeout_s=15)
         except SlurmError:
             return None
-        if res.status != 0:
+        return res.text if res.status == 0 else None
+
+    def job_info(self, job_id: int) -> JobInfo | None:
+        text = self._query(slurm_argv.build_job_info_argv(job_id))
+        if text is None:
             return None
         from scrun_py.slurm import parse
 
-        end, uid, gid = parse.parse_job_info(res.text)
+        end, uid, gid = parse.parse_job_info(text)
         return JobInfo(end_time=end, uid=uid, gid=gid)
 
     def job_state(self, job_id: int) -> JobState | None:
-        try:
-            res = self._run(slurm_argv.build_job_reason_argv(job_id), timeout_s=15)
-        except SlurmError:
-            return None
-        if res.status != 0:
+        text = self._query(slurm_argv.build_job_reason_argv(job_id))
+        if text is None:
             return None
         from scrun_py.slurm import parse
 
-        found = parse.parse_job_reason(res.text)
+        found = parse.parse_job_reason(text)
         return None if found is None else JobState(state=found[0], reason=found[1])
 
     def cancel(self, job_id: int, step_id: int | None = None) -> None:
