@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from scrun_py.slurm.options import JOB_NAME
 
@@ -87,8 +87,13 @@ def build_job_reason_argv(job_id: int) -> list[str]:
     return ["squeue", "--noheader", f"--jobs={job_id}", "--format=%T|%r"]
 
 
+#: what the marked signal command prints for each container that took the signal
+SIGNAL_MARK = "scrun-signal-ok"
+
+
 def signal_shell_command(kill_pattern: str, *, job_id: int, step_id: int, signal: int,
-                         tasks_per_node: int = 1) -> str:
+                         tasks_per_node: int = 1,
+                         done: Collection[str] | None = None) -> str:
     """Deliver `signal` to the container through the runtime's own kill command.
 
     oci.conf's RunTimeKill (e.g. `crun … kill -a %n.%u.%j.%s.%t`) names the
@@ -99,13 +104,19 @@ def signal_shell_command(kill_pattern: str, *, job_id: int, step_id: int, signal
     kill+delete for container steps, so a trap in the container would never run.)
     With several tasks on a node each has its own container (`%t` is the node-local
     task id): the command then loops over them and succeeds if any took the signal.
+
+    `done` (the marked form, for retries): the `NODE:TASK` containers that took the
+    signal in an earlier attempt.  Those are skipped, so a retry never signals a
+    container twice (a second TERM would run its trap twice), and each container that
+    takes the signal now prints `SIGNAL_MARK NODE:TASK` (parse.signal_marks reads it).
+    A node where any container has taken the signal, now or before, succeeds.
     """
     kill_pattern = " ".join(w for w in kill_pattern.split() if w not in ("-a", "--all"))
     out: list[str] = []
     i = 0
     values = {
         "%": "%", "j": str(job_id), "s": str(step_id),
-        "t": "0" if tasks_per_node <= 1 else '"$t"',
+        "t": "0" if tasks_per_node <= 1 and done is None else '"$t"',
         "n": '"${SLURMD_NODENAME}"', "u": '"$(id -un)"', "U": '"$(id -u)"',
     }
     while i < len(kill_pattern):
@@ -122,11 +133,24 @@ def signal_shell_command(kill_pattern: str, *, job_id: int, step_id: int, signal
         out.append(ch)
         i += 1
     cmd = "".join(out) + f" {signal}"
+    ids = " ".join(str(t) for t in range(max(tasks_per_node, 1)))
+    if done is not None:
+        return _marked_signal_loop(cmd, ids, done)
     if tasks_per_node <= 1:
         return cmd
-    ids = " ".join(str(t) for t in range(tasks_per_node))
     return f"rc=1; for t in {ids}; do {cmd} && rc=0; done; exit $rc"
 
+
+
+def _marked_signal_loop(cmd: str, ids: str, done: Collection[str]) -> str:
+    """signal_shell_command's marked form: `cmd` for each task id not in `done`."""
+    import shlex
+
+    skip = shlex.quote(" " + " ".join(sorted(done)) + " ")
+    here = '"${SLURMD_NODENAME}:$t"'
+    return (f"d={skip}; rc=1; for t in {ids}; do "
+            f'case "$d" in *" "{here}" "*) rc=0; continue;; esac; '
+            f"{cmd} && {{ rc=0; echo {SIGNAL_MARK} {here}; }}; done; exit $rc")
 
 
 #: the Slurm client commands scrun-py runs (doctor checks that each is on PATH)

@@ -19,7 +19,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from scrun_py.base import procs, threads
 from scrun_py.base.errors import AllocationFailed, SlurmError, StepLaunchFailed
@@ -224,17 +224,21 @@ class CliSlurm:
     def signal_through_runtime(self, job_id: int, step_id: int | None, sig: int,
                                env: dict[str, str], alive: Callable[[], bool]) -> bool:
         """RunTimeKill in a helper step, retried while the step lives; False when the
-        signal still needs Slurm (no usable RunTimeKill, or every attempt failed)."""
+        signal still needs Slurm (no usable RunTimeKill, or every attempt failed).  A
+        retry skips the containers that took the signal already (each at most once)."""
         from scrun_py.slurm import parse
 
-        argv = self.signal_argv(job_id, step_id, sig, parse.max_tasks_per_node(
-            env.get("SLURM_TASKS_PER_NODE", "1")))
-        if argv is not None:
-            for _attempt in range(RUNTIME_SIGNAL_ATTEMPTS):
-                res = self._run(argv, env=env)
-                if res.status == 0 or not alive():
-                    return True
-                time.sleep(0.25)
+        per_node = parse.max_tasks_per_node(env.get("SLURM_TASKS_PER_NODE", "1"))
+        done: set[str] = set()
+        for _attempt in range(RUNTIME_SIGNAL_ATTEMPTS):
+            argv = self.signal_argv(job_id, step_id, sig, per_node, done=done)
+            if argv is None:
+                return False
+            res = self._run(argv, env=env)
+            if res.status == 0 or not alive():
+                return True
+            done |= parse.signal_marks(res.text, slurm_argv.SIGNAL_MARK)
+            time.sleep(0.25)
         return False
 
     def scancel_signal(self, job_id: int, step_id: int | None, sig: int) -> None:
@@ -243,15 +247,17 @@ class CliSlurm:
             self._run(slurm_argv.build_scancel_argv(job_id, signal=sig, step_id=step_id))
 
     def signal_argv(self, job_id: int, step_id: int | None, sig: int,
-                    tasks_per_node: int = 1) -> list[str] | None:
-        """The helper step that runs oci.conf's RunTimeKill with `sig` on the job's nodes;
-        None when there is no usable RunTimeKill (unknown step, unexpandable tokens)."""
+                    tasks_per_node: int = 1,
+                    done: Collection[str] | None = None) -> list[str] | None:
+        """The helper step that runs oci.conf's RunTimeKill with `sig` on the job's nodes
+        (marked, skipping `done`, when that is given: signal_shell_command); None when
+        there is no usable RunTimeKill (unknown step, unexpandable tokens)."""
         if not self._runtime_kill or step_id is None:
             return None
         try:
             cmd = slurm_argv.signal_shell_command(self._runtime_kill, job_id=job_id,
                                                   step_id=step_id, signal=sig,
-                                                  tasks_per_node=tasks_per_node)
+                                                  tasks_per_node=tasks_per_node, done=done)
         except ValueError:
             return None
         return slurm_argv.build_command_step_argv(

@@ -93,6 +93,17 @@ def parse_job_reason(text: str) -> tuple[str, str] | None:
     return None
 
 
+def signal_marks(text: str, mark: str) -> set[str]:
+    """The `NODE:TASK` containers a marked signal command reports as signalled (each on a
+    line `MARK NODE:TASK`; srun may interleave its own lines)."""
+    found = set()
+    for line in text.splitlines():
+        word = line.split()
+        if len(word) == 2 and word[0] == mark:
+            found.add(word[1])
+    return found
+
+
 def max_tasks_per_node(tasks_per_node: str) -> int:
     """SLURM_TASKS_PER_NODE ("2(x3),1") -> the largest count (1 if unknown)."""
     best = 1

@@ -221,8 +221,9 @@ class TestStep:
         body()
         assert logged(bin_dir)[-1].startswith(
             "srun --jobid=55 --job-name=scrun-signal --no-kill --quiet --ntasks-per-node=1 "
-            "--overlap -- /bin/sh -c crun --root=/r kill ")
-        assert logged(bin_dir)[-1].endswith('.55.2.0 10')
+            "--overlap -- /bin/sh -c d=")
+        assert ' crun --root=/r kill "${SLURMD_NODENAME}"."$(id -un)".55.2."$t" 10 && ' \
+            in logged(bin_dir)[-1]
 
     def test_signal_without_runtime_kill_uses_scancel(self, bin_dir: Path) -> None:
         backend(bin_dir, kill=None).signal(55, 2, 15, {}, lambda: True)
@@ -239,6 +240,29 @@ class TestStep:
         assert "scancel --signal=10 55.2" == logged(bin_dir)[-1]
         backend(bin_dir).signal(55, 2, 9, dict(os.environ), lambda: False)
         assert logged(bin_dir)[-1].startswith("srun")
+
+    def test_a_retry_signals_only_the_containers_that_missed_it(
+            self, bin_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A helper step that fails on one node (its container not there yet) is retried,
+        and the retry skips the containers that took the signal: none gets it twice (a
+        second TERM would run the container's trap twice)."""
+        (bin_dir / "srun").write_text(
+            '#!/bin/sh\nwhile [ "$1" != "-c" ]; do shift; done\nrc=0\n'
+            'for n in n1 n2 n3; do SLURMD_NODENAME=$n /bin/sh -c "$2" || rc=1; done\n'
+            'exit $rc\n')
+        # n2's container appears only at the third attempt
+        (bin_dir / "crun").write_text(
+            '#!/bin/sh\nid=$(eval echo "\\$$(($#-1))")\n'
+            'case "$id" in n2.*) echo x >> "$LOG.n2"; '
+            '[ "$(wc -l < "$LOG.n2")" -ge 3 ] || exit 1;; esac\n'
+            'echo "signalled $id" >> "$LOG"\n')
+        (bin_dir / "crun").chmod(0o755)
+        env = {**os.environ, "SLURM_TASKS_PER_NODE": "2(x3)"}
+        backend(bin_dir, kill=f"{bin_dir}/crun kill %n.%t").signal(55, 2, 15, env,
+                                                                   lambda: True)
+        assert sorted(f"signalled {n}.{t}" for n in ("n1", "n2", "n3") for t in (0, 1)) \
+            == sorted(logged(bin_dir))
+        assert 4 == len((bin_dir.parent / "log.n2").read_text().splitlines())
 
     def test_kill_and_command_argv(self, bin_dir: Path) -> None:
         slurm = backend(bin_dir)

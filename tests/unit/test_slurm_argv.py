@@ -14,6 +14,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -165,6 +166,11 @@ CASES: dict[str, tuple[str, Callable[[], Rendered]]] = {
         "tasks_per_node=2)",
         lambda: slurm_argv.signal_shell_command(CRUN_KILL, job_id=42, step_id=0, signal=15,
                                                 tasks_per_node=2)),
+    "signal_crun_marked": (
+        f"signal_shell_command({CRUN_KILL!r}, job_id=42, step_id=0, signal=15, "
+        "tasks_per_node=2, done={'n1:0', 'n2:1'})",
+        lambda: slurm_argv.signal_shell_command(CRUN_KILL, job_id=42, step_id=0, signal=15,
+                                                tasks_per_node=2, done={"n2:1", "n1:0"})),
     "node_runtime_ps": (
         f"node_runtime_command({CRUN_KILL!r}, ['ps', '--format', 'json'], job_id=42, "
         "step_id=0)",
@@ -316,6 +322,34 @@ class TestSignalShellCommand:
         """Only the exact words -a and --all are dropped, not options that contain them."""
         assert "runc --alt -ab kill 7 9" == slurm_argv.signal_shell_command(
             "runc --alt -ab kill %j", job_id=7, step_id=0, signal=9)
+
+    @pytest.mark.parametrize("per_node", [1, 2])
+    def test_marked_form_signals_each_container_once(self, tmp_path: Path,
+                                                     per_node: int) -> None:
+        """The marked form, run by a real shell as on two nodes: containers in `done` are
+        skipped, every other one is signalled and reported; a node succeeds if any of
+        its containers took the signal, now or before."""
+        crun = tmp_path / "crun"
+        crun.write_text('#!/bin/sh\necho "$*" >> "$LOG"\n'
+                        'case "$2" in n2.*) exit 1;; esac\n')
+        crun.chmod(0o755)
+        cmd = slurm_argv.signal_shell_command(f"{crun} kill %n.%t", job_id=1, step_id=0,
+                                              signal=15, tasks_per_node=per_node,
+                                              done={"n1:0"})
+        log = tmp_path / "log"
+        results = {}
+        for node in ("n1", "n2", "n3"):
+            res = subprocess.run(["/bin/sh", "-c", cmd], capture_output=True, text=True,
+                                 env={"PATH": "/usr/bin:/bin", "LOG": str(log),
+                                      "SLURMD_NODENAME": node}, check=False)
+            results[node] = (res.returncode, res.stdout)
+        tasks = range(per_node)
+        assert {"n1": (0, "".join(f"scrun-signal-ok n1:{t}\n" for t in tasks if t)),
+                "n2": (1, ""),
+                "n3": (0, "".join(f"scrun-signal-ok n3:{t}\n" for t in tasks))} == results
+        signalled = [f"kill n1.{t} 15" for t in tasks if t]
+        signalled += [f"kill {n}.{t} 15" for n in ("n2", "n3") for t in tasks]
+        assert signalled == log.read_text().splitlines()
 
     def test_percent_escape(self) -> None:
         """`%%` becomes a single `%`."""
