@@ -6,7 +6,8 @@ Prints a Markdown table (median, min, max, ratio to the floor) and writes
 bench/results/latest.json.  Runs as the ordinary test user, like a real site; the
 `podman run --rm` / `docker run --rm` rows run the engines of `scripts/engines.sh` as root,
 and podman also rootless as the test user, each against the same command with its plain
-runtime (crun, runc); `--engines-only` runs only these rows.
+runtime (crun, runc), and the `docker exec c true` row against runc's; `--engines-only`
+runs only these rows.
 
 Where the release under test has Slurm's own scrun (23.02 and later:
 `$SCRUN_TEST_SLURM_PREFIX/bin/scrun` for a built release, /usr/bin/scrun when packaged),
@@ -168,6 +169,39 @@ def engine_rows(pw: pwd.struct_passwd, n: int) -> list[dict[str, object]]:
                           cache={"uses_added": sum(v - before.get(k, 0)
                                                    for k, v in after.items()),
                                  "entries_made": len(set(after) - set(before))}))
+    return out
+
+
+EXEC_FLOOR = "docker exec c true (runc, root)"
+
+
+def exec_rows(n: int) -> list[dict[str, object]]:
+    """`docker exec c true` into a running container (`sleep 600` in the test image), as
+    root with the engines of scripts/engines.sh: through runc (plain docker, the floor)
+    and through scrun-py (runtime `slurm`: each exec a helper step of the container's
+    job, on its node).  The first exec that succeeds is the sign the container runs;
+    then 2 warm-up runs and `n` timed ones."""
+    eng = engine_env()
+    image = eng.get("SCRUN_TEST_IMAGE", "scrun-busybox")
+    out: list[dict[str, object]] = []
+    for who, runtime in (("runc", "runc"), ("scrun-py", "slurm")):
+        name = f"scrun-bench-exec-{runtime}-{os.getpid()}"
+        run(["docker", "run", "-d", "--network", "none", "--runtime", runtime, "--name",
+             name, image, "sleep", "600"], eng)
+        try:
+            deadline = time.monotonic() + HANG_S
+            while subprocess.run(["docker", "exec", name, "true"], env=eng,
+                                 capture_output=True, timeout=HANG_S,
+                                 check=False).returncode != 0:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"docker exec into {name} ({who}) never succeeded")
+                time.sleep(0.2)
+            samples = timed(partial(run, ["docker", "exec", name, "true"], eng), n)
+        finally:
+            subprocess.run(["docker", "rm", "-f", name], env=eng, capture_output=True,
+                           timeout=HANG_S, check=False)
+        out.append(timing(f"docker exec c true ({who}, root)", samples,
+                          None if runtime == "runc" else EXEC_FLOOR))
     return out
 
 
@@ -741,11 +775,12 @@ def main() -> None:
     ap.add_argument("--concurrent", type=int, default=500,
                     help="`scrun-py run` started at once")
     ap.add_argument("--skip-engines", action="store_true",
-                    help="no podman/docker rows (both tables)")
+                    help="no podman/docker rows, `docker exec` included (both tables)")
     ap.add_argument("--versus-only", action="store_true",
                     help="only the rows against Slurm's own scrun")
     ap.add_argument("--engines-only", action="store_true",
-                    help="only the podman/docker rows of the main table (no results file)")
+                    help="only the podman/docker rows of the main table, `docker exec` "
+                         "included (no results file)")
     ap.add_argument("--backends-only", action="store_true",
                     help="only the Slurm backends side by side (bench/backends.py), "
                          "written to results/backends.json")
@@ -807,7 +842,7 @@ def main() -> None:
             env)
 
     if opts.engines_only:
-        rows = engine_rows(pw, opts.n)
+        rows = engine_rows(pw, opts.n) + exec_rows(opts.n)
         print_rows(rows)
         print_target_table(engine_targets(rows))
         shutil.rmtree(work, ignore_errors=True)
@@ -841,7 +876,7 @@ def main() -> None:
     add("scrun-py run", timed(scrun_run, opts.n), "srun --container true (Slurm floor)")
 
     if not opts.skip_engines:
-        rows += engine_rows(pw, opts.n)
+        rows += engine_rows(pw, opts.n) + exec_rows(opts.n)
 
     # short commands against one running container
     create_bounded(base, env, work / "sleep", work / "s.pid", "s")

@@ -20,7 +20,7 @@ import pytest
 
 from scrun_py.base.errors import AllocationFailed
 from scrun_py.base.threads import Cancel
-from scrun_py.slurm.backend import Allocation, SlurmBackend, Step, StepRequest
+from scrun_py.slurm.backend import Allocation, AllocRequest, SlurmBackend, Step, StepRequest
 
 TIME_LIMIT_MIN = 10  # the job's time limit the suite asks for
 STEP_WAIT_S = 60.0
@@ -47,8 +47,8 @@ class World(Protocol):
 
 def allocate(world: World) -> tuple[Allocation, list[int]]:
     heard: list[int] = []
-    alloc = world.backend.allocate(world.alloc_opts(), world.env(), heard.append, 120,
-                                   Cancel())
+    alloc = world.backend.allocate(
+        AllocRequest(world.alloc_opts(), world.env(), heard.append, 120), Cancel())
     return alloc, heard
 
 

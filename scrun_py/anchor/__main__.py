@@ -13,7 +13,7 @@ import sys
 from scrun_py.anchor import readiness
 from scrun_py.anchor.handoff import AnchorSpec, read_spec
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
     from scrun_py.anchor.lifecycle import Lifecycle
     from scrun_py.base.logs import Logger

@@ -18,11 +18,11 @@ from scrun_py.base.logs import Logger
 from scrun_py.base.threads import Cancel
 from scrun_py.container import spool, store
 from scrun_py.container.status import Status
-from scrun_py.hooks.context import HookContext
+from scrun_py.hooks.context import HookContext, HookJob, HookPaths
 from scrun_py.hooks.interface import Hooks, NoHooks
 from scrun_py.slurm.backend import Allocation
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
     from typing import Any
 
@@ -149,11 +149,12 @@ class Container:
         """Run the stage_in hook; Cancelled once `cancel` is set (the hook goes on in its
         thread: `hook_running` stays true)."""
         self.ctx = ctx = HookContext(
-            container_id=self.record.id, bundle=str(self.bundle.path),
-            orig_bundle=self.spec.orig_bundle, root_path=str(self.bundle.rootfs),
-            orig_root_path=str(self.bundle.rootfs), spool_dir=str(self.dir),
-            config_file=str(self.bundle.config_file), job_id=alloc.job_id,
-            user_id=uid, group_id=gid, env={}, remote_argv=remote_argv)
+            self.record.id,
+            HookPaths(bundle=str(self.bundle.path), orig_bundle=self.spec.orig_bundle,
+                      root_path=str(self.bundle.rootfs), orig_root_path=str(self.bundle.rootfs),
+                      spool_dir=str(self.dir), config_file=str(self.bundle.config_file)),
+            HookJob(job_id=alloc.job_id, user_id=uid, group_id=gid, env={},
+                    remote_argv=remote_argv))
         ctx.env = self.job_env(alloc)
         if isinstance(self.hooks, NoHooks):
             return

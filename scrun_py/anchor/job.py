@@ -19,7 +19,7 @@ from scrun_py.base import procs, threads
 from scrun_py.base.errors import AllocationFailed, ScrunError, SlurmError
 from scrun_py.base.threads import Cancel
 from scrun_py.container import spool
-from scrun_py.slurm.backend import Allocation, SlurmBackend, Step, StepRequest
+from scrun_py.slurm.backend import Allocation, AllocRequest, SlurmBackend, Step, StepRequest
 from scrun_py.slurm.options import JobOptions
 
 RELEASE_TIMEOUT_S = 60.0
@@ -86,10 +86,10 @@ class Job:
                                   "anchor task failed", task="pending", exc_info=exc))
 
             try:
-                self.alloc = self.backend.allocate(
+                self.alloc = self.backend.allocate(AllocRequest(
                     self.job_opts.alloc, dict(container.environ), on_job_id,
-                    self.alloc_timeout_s, cancel, str(container.abandon_script()),
-                    on_pending=on_pending)
+                    self.alloc_timeout_s, str(container.abandon_script()), on_pending),
+                    cancel)
             finally:
                 with self._wait_notes:
                     self._wait_over.set()

@@ -19,8 +19,8 @@ from scrun_py.base import procs
 # cli/fast_path.py forks the anchor right after this import, and everything imported
 # before the fork is on create's critical path: os and sys only (subprocess alone
 # imports locale, re, signal, enum, threading; the child and the parent each import what
-# they use after) (mypy reads this name as typing's)
-TYPE_CHECKING = False
+# they use after)
+TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
     import subprocess
     from collections.abc import Callable

@@ -7,7 +7,7 @@ import select
 
 from scrun_py.container import fastjson
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
     from typing import Any
 

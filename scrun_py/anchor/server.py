@@ -20,7 +20,7 @@ from scrun_py.base.logs import Logger
 from scrun_py.container import protocol
 from scrun_py.container.handle import NOT_OWNER, peer_uid
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
     from typing import Any
 

@@ -13,7 +13,18 @@ TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from pathlib import Path
-    from typing import Any
+    from typing import Any, TypedDict, Unpack
+
+    class Diagnostics(TypedDict, total=False):
+        """What and how an invocation logs: --log-format, --debug, -v, --log-level (each
+        optional, with Invocation's defaults).  Keyword arguments of Invocation and
+        Invocation.resolve, a TypedDict for mypy only: a records.py record would import
+        collections into `state`."""
+
+        log_format: str
+        debug: bool
+        verbosity: int
+        log_level: str | None
 
 __all__ = ["Invocation", "default_root", "log_file_name"]
 
@@ -48,17 +59,17 @@ class Invocation:
     _levels: tuple[int, int, int] | None
 
     def __init__(self, *, root_dir: str, log_name: str | None = None,
-                 log_format: str = "text", debug: bool = False, verbosity: int = 0,
-                 slurm_conf_name: str | None = None, log_level: str | None = None,
-                 levels: tuple[int, int, int] | None = None) -> None:
+                 slurm_conf_name: str | None = None,
+                 levels: tuple[int, int, int] | None = None,
+                 **diagnostics: Unpack[Diagnostics]) -> None:
         set_ = object.__setattr__
         set_(self, "root_dir", root_dir)
         set_(self, "log_name", log_name)
-        set_(self, "log_format", log_format)
-        set_(self, "debug", debug)
-        set_(self, "verbosity", verbosity)
+        set_(self, "log_format", diagnostics.get("log_format", "text"))
+        set_(self, "debug", diagnostics.get("debug", False))
+        set_(self, "verbosity", diagnostics.get("verbosity", 0))
         set_(self, "slurm_conf_name", slurm_conf_name)
-        set_(self, "log_level", log_level)
+        set_(self, "log_level", diagnostics.get("log_level"))
         set_(self, "_levels", levels)
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -66,15 +77,18 @@ class Invocation:
 
     @classmethod
     def resolve(cls, *, root: str | Path | None, log_path: str | Path | None = None,
-                log_format: str = "text", debug: bool = False, verbosity: int = 0,
-                slurm_conf: str | Path | None = None, log_level: str | None = None,
-                environ: Mapping[str, str] | None = None) -> Invocation:
+                slurm_conf: str | Path | None = None,
+                environ: Mapping[str, str] | None = None,
+                **diagnostics: Unpack[Diagnostics]) -> Invocation:
         """Global options as given on the command line → absolute paths and defaults.
 
         The diagnostics levels come from SCRUN_*DEBUG, --log-level, --debug and -v; a
         bad level word is a ConfigError naming its source.  Without any of them the
         defaults apply, looked up when first needed.
         """
+        debug = diagnostics.get("debug", False)
+        verbosity = diagnostics.get("verbosity", 0)
+        log_level = diagnostics.get("log_level")
         log_name = log_file_name(log_path)
         if log_path is not None and log_name is None:
             from scrun_py.base.errors import ConfigError
@@ -91,10 +105,10 @@ class Invocation:
             levels = (lv["stderr"], lv["file"], lv["syslog"])
         return cls(root_dir=(os.path.abspath(root) if root is not None
                              else default_root()),
-                   log_name=log_name, log_format=log_format, debug=debug, verbosity=verbosity,
+                   log_name=log_name,
                    slurm_conf_name=(os.path.abspath(slurm_conf) if slurm_conf is not None
                                     else None),
-                   log_level=log_level, levels=levels)
+                   levels=levels, **diagnostics)
 
     @property
     def slurm_conf(self) -> Path | None:

@@ -3,7 +3,7 @@
 Every option comes from the table in base/flags.py (runc's, crun's and Slurm's scrun's);
 the ones that have no meaning for a Slurm job are accepted and logged at debug
 (fast_path.apply_table).  The verbs cli/fast_path.py also parses run through the same
-commands.run_verb; every failure ends in fast_path.fatal, as on the click-free path.
+commands.dispatch.run_verb; every failure ends in fast_path.fatal, as on the click-free path.
 """
 
 from __future__ import annotations
@@ -115,12 +115,12 @@ def scrun(ctx: click.Context, /, **opts: Any) -> None:
 
 
 def _register_shared_verb(name: str) -> None:
-    """Register a verb the click-free path runs too (commands.run_verb)."""
+    """Register a verb the click-free path runs too (commands.dispatch.run_verb)."""
 
     @_register_verb(name)
     def _(inv: Invocation, container_id: str, signal: str | None = None,
           **opts: Any) -> None:
-        from scrun_py.commands import run_verb
+        from scrun_py.commands.dispatch import run_verb
 
         run_verb(inv, name, [container_id] if signal is None else [container_id, signal],
                  opts)
@@ -152,13 +152,11 @@ def _list(inv: Invocation, fmt: str, quiet: bool) -> None:
 
 
 @_register_verb("exec")
-def _exec(inv: Invocation, container_id: str, process: str | None, detach: bool,
-          pid_file: str | None, console_socket: str | None, tty: bool,
-          command: tuple[str, ...] = ()) -> None:
+def _exec(inv: Invocation, container_id: str, command: tuple[str, ...] = (),
+          **opts: Any) -> None:
     from scrun_py.commands import exec as verb
 
-    sys.exit(verb.run(inv, container_id, process, detach, pid_file, console_socket, tty,
-                      command))
+    sys.exit(verb.run(inv, container_id, verb.ExecOptions(**opts), command))
 
 
 # runc's positional form: `exec ID COMMAND...`, whose options after ID are COMMAND's
@@ -186,11 +184,12 @@ def _version(inv: Invocation) -> None:
 
 
 @_register_verb("run")
-def _run(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | None,
-         console_socket: str | None, detach: bool, keep: bool, **_ignored: Any) -> None:
+def _run(inv: Invocation, container_id: str, detach: bool, keep: bool, **opts: Any) -> None:
     from scrun_py.commands import run as verb
+    from scrun_py.commands.create import CreateArgs
 
-    sys.exit(verb.run(inv, container_id, bundle, pid_file, console_socket, detach, keep))
+    args = CreateArgs(container_id, opts["bundle"], opts["pid_file"], opts["console_socket"])
+    sys.exit(verb.run(inv, args, detach, keep))
 
 
 def _unsupported(name: str) -> click.Command:

@@ -245,7 +245,7 @@ def run(argv: list[str], call: Call) -> int:
                                  slurm_conf=g.get("slurm_conf"), log_level=g.get("log_level"))
         apply_table(inv, "", g)
         apply_table(inv, call.verb, call.options)
-        from scrun_py.commands import run_verb
+        from scrun_py.commands.dispatch import run_verb
 
         run_verb(inv, call.verb, call.args, call.options, early)
         return 0

@@ -15,11 +15,12 @@ from scrun_py.anchor.handoff import (
     ProcessInfo,
     RuntimeSettings,
 )
-from scrun_py.anchor.launch import AnchorProcess, EarlyAnchor
+from scrun_py.anchor.launch import AnchorProcess, EarlyAnchor, Started
 from scrun_py.base import procs
 from scrun_py.base.errors import AnchorStartupFailed, ScrunError, rebuild
 from scrun_py.base.invocation import Invocation
 from scrun_py.base.logs import rfc3339_now
+from scrun_py.base.records import NamedTuple
 from scrun_py.commands.runtime import runtime_settings
 from scrun_py.container import spool, store
 from scrun_py.container.handle import site_file_may_apply
@@ -32,14 +33,32 @@ if TYPE_CHECKING:
     from scrun_py.site import policy
 
 
-def run(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | None,
-        console_socket: str | None, early: EarlyAnchor | None = None) -> AnchorProcess:
+class CreateArgs(NamedTuple):
+    """create's command line (and run's): the container and the files it names."""
+
+    container_id: str
+    bundle: str | None = None  # --bundle (default: the working directory)
+    pid_file: str | None = None
+    console_socket: str | None = None
+
+
+class SiteRules(NamedTuple):
+    """What the site file (scrun-py.toml) asks of a create; without one, the defaults."""
+
+    audit_settings: audit.AuditSettings
+    site_policy: policy.Policy | None = None
+    site_trust: trust.Trust = trust.Trust()
+    site_dir: str = ""  # where scrun.lua is looked for ("": next to slurm.conf)
+
+
+def run(inv: Invocation, args: CreateArgs, early: EarlyAnchor | None = None) -> AnchorProcess:
     """Create the container; return the anchor process handle (used by `run`).
 
     `early` is an anchor forked before this call (fast_path.run), waiting for its spec;
     the caller ends it if create fails before handing it one.
     """
-    spool.validate_id(container_id)
+    spool.validate_id(args.container_id)
+    container_id, bundle = args.container_id, args.bundle
     # without a site file in either place there is no audit trail and no policy, and the
     # trust rule is the default one: the modules that read them are not even imported
     site = None
@@ -49,18 +68,16 @@ def run(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | 
 
         site = site_conf.load(inv.slurm_conf_file())
         settings = audit.load_settings(inv.slurm_conf_file(), site)
-    applied: list[str] = []
     try:
-        site_policy, site_trust, site_dir = None, trust.Trust(), ""
+        rules = SiteRules(settings)
         if site is not None:
             from scrun_py.site import policy
 
             site_policy = policy.load_policy(site)  # a broken policy is audited as a failure
             site_trust = trust.parse(site)
             trust.check_lua_override(site_trust, os.environ, site)
-            site_dir = str(site.directory)
-        anchor = _create(inv, container_id, bundle, pid_file, console_socket, settings,
-                         site_policy, applied, early, site_trust, site_dir)
+            rules = SiteRules(settings, site_policy, site_trust, str(site.directory))
+        anchor, applied = _create(inv, args, rules, early)
     except ScrunError as exc:
         audit.record(settings, "create-failed", container_id=container_id,
                      engine=audit.detect_engine(), bundle=bundle, error=str(exc))
@@ -76,71 +93,97 @@ def run(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | 
     return anchor
 
 
-def _create(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | None,
-            console_socket: str | None,
-            settings: audit.AuditSettings, site_policy: policy.Policy | None,
-            applied: list[str], early: EarlyAnchor | None, site_trust: trust.Trust,
-            site_dir: str) -> AnchorProcess:
+def _create(inv: Invocation, args: CreateArgs, rules: SiteRules,
+            early: EarlyAnchor | None) -> tuple[AnchorProcess, list[str]]:
+    """Read the bundle, enforce the policy, make the container's directory and start the
+    anchor; the anchor once it reports the container created, and what the policy
+    rewrote.  A failure after the directory exists removes it."""
     from scrun_py.oci.bundle import load_bundle
 
-    bundle_path = os.path.abspath(bundle) if bundle else os.getcwd()
-    loaded = load_bundle(bundle_path)
-    if site_policy is not None and not site_policy.empty:
-        applied.extend(_apply_policy(inv, container_id, loaded, site_policy))
-    pid_path = os.path.abspath(pid_file) if pid_file else ""
+    loaded = load_bundle(os.path.abspath(args.bundle) if args.bundle else os.getcwd())
+    applied: list[str] = []
+    if rules.site_policy is not None and not rules.site_policy.empty:
+        applied = _apply_policy(inv, args.container_id, loaded, rules.site_policy)
+    spec = _anchor_spec(inv, args, loaded, rules)
+    spool.ensure_root(inv.root_dir)
+    cdir = spool.make_container_dir(inv.root_dir, args.container_id)
+    started = _start_anchor(inv, spec, early, cdir)
+    _forward_signals(started.process)
+    _await_created(started, cdir)
+    return started.process, applied
+
+
+def _anchor_spec(inv: Invocation, args: CreateArgs, loaded: Bundle,
+                 rules: SiteRules) -> AnchorSpec:
+    """The anchor's spec, but its readiness pipe (ready_fd: _start_anchor's); checks the
+    pid file's directory.  A console socket is dropped without a terminal, as runc does."""
+    pid_path = os.path.abspath(args.pid_file) if args.pid_file else ""
     if pid_path and not os.path.isdir(os.path.dirname(pid_path)):
         raise ScrunError(f"pid file directory does not exist: {os.path.dirname(pid_path)}")
-    if console_socket and not loaded.config.process.terminal:
-        console_socket = None  # runc ignores it when no terminal is requested
+    console_socket = args.console_socket if loaded.config.process.terminal else None
     runtime = RuntimeSettings(**runtime_settings(inv))
-    bundle_info = _bundle_info(inv, container_id, loaded, site_trust)
-    spool.ensure_root(inv.root_dir)
-    cdir = spool.make_container_dir(inv.root_dir, container_id)
-    if early is not None:
-        read_fd, write_fd = -1, early.ready_fd
-    else:
-        read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
-    spec = AnchorSpec(
-        container_id=container_id, root=inv.root_dir,
-        orig_bundle=os.path.abspath(bundle) if bundle else "", pid_file=pid_path,
+    bundle_info = _bundle_info(inv, args.container_id, loaded, rules.site_trust)
+    return AnchorSpec(
+        container_id=args.container_id, root=inv.root_dir,
+        orig_bundle=os.path.abspath(args.bundle) if args.bundle else "", pid_file=pid_path,
         console_socket=os.path.abspath(console_socket) if console_socket else "",
         log_path=inv.log_name or "", log_format=inv.log_format,
         debug=inv.debug, verbosity=inv.verbosity, log_level=inv.log_level,
         slurm_conf=inv.slurm_conf_file(),
-        ready_fd=write_fd, created=rfc3339_now(), bundle_info=bundle_info.to_dict(),
-        runtime=runtime._asdict(), audit_file=settings.file,
-        audit_syslog=settings.syslog, engine=audit.detect_engine(),
-        site_dir=site_dir, lua_override=site_trust.lua_override)
-    try:
-        if early is not None:
-            started = early.send(spec)
-            anchor, read_fd = started.process, started.ready_read
-        else:
-            anchor = launch.start_late(inv, spec, read_fd)
-    except OSError as exc:
-        if early is None:
-            os.close(read_fd)
-            os.close(write_fd)
-        else:
-            early.abandon()
-        spool.remove_tree(cdir)
-        raise AnchorStartupFailed(f"cannot start the container anchor: {exc.strerror}") from exc
-    if early is None:
-        os.close(write_fd)
+        ready_fd=-1, created=rfc3339_now(), bundle_info=bundle_info.to_dict(),
+        runtime=runtime._asdict(), audit_file=rules.audit_settings.file,
+        audit_syslog=rules.audit_settings.syslog, engine=audit.detect_engine(),
+        site_dir=rules.site_dir, lua_override=rules.site_trust.lua_override)
 
+
+def _start_anchor(inv: Invocation, spec: AnchorSpec, early: EarlyAnchor | None,
+                  cdir: str) -> Started:
+    """Hand `spec` to the anchor forked early (the click-free path), or start one now
+    with a readiness pipe of its own; AnchorStartupFailed (`cdir` removed) when neither
+    works."""
+    if early is not None:
+        try:
+            return early.send(spec._replace(ready_fd=early.ready_fd))
+        except OSError as exc:
+            early.abandon()
+            spool.remove_tree(cdir)
+            raise _startup_failed(exc) from exc
+    read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+    try:
+        anchor = launch.start_late(inv, spec._replace(ready_fd=write_fd), read_fd)
+    except OSError as exc:
+        os.close(read_fd)
+        os.close(write_fd)
+        spool.remove_tree(cdir)
+        raise _startup_failed(exc) from exc
+    os.close(write_fd)
+    return Started(anchor, read_fd)
+
+
+def _startup_failed(exc: OSError) -> AnchorStartupFailed:
+    return AnchorStartupFailed(f"cannot start the container anchor: {exc.strerror}")
+
+
+def _forward_signals(anchor: AnchorProcess) -> None:
+    """TERM, INT and HUP to create go on to the anchor (which withdraws the job)."""
     def forward(signum: int, _frame: object) -> None:
         with contextlib.suppress(ProcessLookupError):
             anchor.send_signal(signum)
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, forward)
+
+
+def _await_created(started: Started, cdir: str) -> None:
+    """Wait for the anchor's report; on a failure, for its end, then raise the error it
+    reported (`cdir` removed)."""
     try:
-        result = readiness.read_result(read_fd, None)
+        result = readiness.read_result(started.ready_read, None)
     finally:
-        os.close(read_fd)
+        os.close(started.ready_read)
     if result is not None and result.get("ok"):
-        return anchor
-    rc = anchor.wait()
+        return
+    rc = started.process.wait()
     spool.remove_tree(cdir)
     if result is None:
         raise AnchorStartupFailed(f"container anchor exited during create (status {rc})")

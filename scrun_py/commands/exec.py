@@ -14,6 +14,11 @@ SIGUSR1 and SIGUSR2 to srun and exits with srun's status: the process's, 128+N f
 signal N.  srun signals every process of the step: a USR1/USR2 reaches the process and
 ends the node's runtime too (status 128+N); TERM, INT and HUP end the step.  The
 supervisor's pid is what --pid-file holds.
+
+The step runs on the node of the container's task 0 (the job's first node), or on the
+node the process's environment names in SCRUN_EXEC_NODE, else the container's
+annotation org.scrun-py.exec.node (config.json's at create): one of the nodes of the
+container's step, whose local task 0 is the container there (`%t` = 0, `%n` the node).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import sys
 
 from scrun_py.base.errors import ScrunError
 from scrun_py.base.layout import CREATED, RUNNING, STOPPED
+from scrun_py.base.records import NamedTuple
 from scrun_py.container.handle import Container
 
 TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
@@ -30,22 +36,34 @@ if TYPE_CHECKING:
     from typing import Any
 
     from scrun_py.base.invocation import Invocation
+    from scrun_py.commands.ps import NodeTarget
     from scrun_py.container.handle import ContainerRecord
 
 FORWARDED = ("SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGUSR2")
+#: the exec'd process's variable, and the container's annotation, that name the node
+EXEC_NODE_VAR = "SCRUN_EXEC_NODE"
+EXEC_NODE_ANNOTATION = "org.scrun-py.exec.node"
 
 
-class Process:
+class ExecOptions(NamedTuple):
+    """exec's options (runc's), as the command line gives them."""
+
+    process: str | None = None
+    detach: bool = False
+    pid_file: str | None = None
+    console_socket: str | None = None
+    tty: bool = False
+
+
+class Process(NamedTuple):
     """What to run: a subset of the OCI process object."""
 
-    def __init__(self, args: list[str], env: list[str], cwd: str, terminal: bool,
-                 uid: int = 0, gid: int = 0) -> None:
-        self.args = args
-        self.env = env
-        self.cwd = cwd
-        self.terminal = terminal
-        self.uid = uid
-        self.gid = gid
+    args: list[str]
+    env: list[str]
+    cwd: str
+    terminal: bool
+    uid: int = 0
+    gid: int = 0
 
     def runtime_words(self) -> list[str]:
         """The node runtime's `exec` options, shell-quoted, `%` doubled (the pattern
@@ -124,14 +142,50 @@ def load_process(process_file: str | None, command: list[str], tty: bool,
 
 def step_argv(inv: Invocation, record: ContainerRecord,
               proc: Process) -> tuple[list[str], dict[str, str]]:
-    """The helper step's argv and environment."""
+    """The helper step's argv and environment, on the node exec_node chooses."""
     from scrun_py.commands.ps import NodeTarget
     from scrun_py.slurm.node_step import exec_command
 
     target = NodeTarget(inv, record, verb="exec", runtime=exec_runtime_setting(inv))
+    chosen = exec_node(proc.env, record.annotations)
+    if chosen is not None:
+        check_node(target, *chosen)
     command = target.derived(lambda: exec_command(target.runtime, proc.runtime_words(),
                                                   proc.args))
-    return target.step_argv(command, pty=proc.terminal), target.env()
+    return (target.step_argv(command, pty=proc.terminal,
+                             nodelist=chosen[0] if chosen else None), target.env())
+
+
+def exec_node(env: list[str], annotations: dict[str, str]) -> tuple[str, str] | None:
+    """The node named for the exec, and what named it: the process's SCRUN_EXEC_NODE (its
+    last one, as a shell would take it), else the container's org.scrun-py.exec.node
+    annotation.  None, an empty value too, for the node of the container's task 0."""
+    values = [e.partition("=")[2] for e in env if e.partition("=")[0] == EXEC_NODE_VAR]
+    if values and values[-1]:
+        return values[-1], f"{EXEC_NODE_VAR} of the process"
+    named = annotations.get(EXEC_NODE_ANNOTATION, "")
+    if named:
+        return named, f"the container's annotation {EXEC_NODE_ANNOTATION}"
+    return None
+
+
+def check_node(target: NodeTarget, node: str, source: str) -> None:
+    """`node` must be one of the nodes of the container's step (squeue's list)."""
+    from scrun_py.oci.taskenv import LayoutError, expand_hostlist
+    from scrun_py.slurm.node_step import step_nodelist
+
+    job = target.record.job_id
+    text = step_nodelist(job, target.runtime.step_id, target.env())
+    if text is None:
+        raise ScrunError(f"exec: cannot tell the nodes of job {job}'s container step "
+                         f"(squeue did not say) to check node {node!r} ({source})")
+    try:
+        nodes = expand_hostlist(text)
+    except LayoutError:
+        nodes = []
+    if node not in nodes:
+        raise ScrunError(f"exec: node {node!r} ({source}) is not one of the container's "
+                         f"nodes (job {job}: {text})")
 
 
 def exec_runtime_setting(inv: Invocation) -> str | None:
@@ -190,30 +244,18 @@ def supervise(argv: list[str], env: dict[str, str], *, slave: int | None = None)
     return 128 - code if code < 0 else code
 
 
-def run(inv: Invocation, container_id: str, process: str | None = None,
-        detach: bool = False, pid_file: str | None = None,
-        console_socket: str | None = None, tty: bool = False,
+def run(inv: Invocation, container_id: str, opts: ExecOptions,
         command: tuple[str, ...] | list[str] = ()) -> int:
     """Exit status of the process (0 with --detach once the supervisor runs)."""
     record = exec_record(inv, container_id)
-    proc = load_process(process, list(command), tty, record.bundle)
+    proc = load_process(opts.process, list(command), opts.tty, record.bundle)
     argv, env = step_argv(inv, record, proc)
-    slave = None
-    if proc.terminal and console_socket:
-        from scrun_py.anchor.console import open_pty, send_master
-
-        master, slave, name = open_pty()
-        try:
-            send_master(console_socket, master, name)
-        finally:
-            os.close(master)
-    elif proc.terminal and not os.isatty(0):
-        raise ScrunError("process.terminal is true but no --console-socket was given")
-    if not detach:
-        if pid_file:
+    slave = console(proc, opts.console_socket)
+    if not opts.detach:
+        if opts.pid_file:
             from scrun_py.container.spool import write_pid_file
 
-            write_pid_file(pid_file, os.getpid())
+            write_pid_file(opts.pid_file, os.getpid())
         return supervise(argv, env, slave=slave)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -228,8 +270,25 @@ def run(inv: Invocation, container_id: str, process: str | None = None,
             os._exit(code)
     if slave is not None:
         os.close(slave)
-    if pid_file:
+    if opts.pid_file:
         from scrun_py.container.spool import write_pid_file
 
-        write_pid_file(pid_file, pid)
+        write_pid_file(opts.pid_file, pid)
     return 0
+
+
+def console(proc: Process, console_socket: str | None) -> int | None:
+    """With a terminal: the pty slave for srun, its master sent to `console_socket`
+    (None: srun's own --pty on our terminal)."""
+    if proc.terminal and console_socket:
+        from scrun_py.anchor.console import open_pty, send_master
+
+        master, slave, name = open_pty()
+        try:
+            send_master(console_socket, master, name)
+        finally:
+            os.close(master)
+        return slave
+    if proc.terminal and not os.isatty(0):
+        raise ScrunError("process.terminal is true but no --console-socket was given")
+    return None

@@ -76,15 +76,17 @@ class NodeTarget:
             raise ScrunError(f"{self.verb}: cannot derive the node's runtime command from "
                              f"oci.conf's RunTimeKill: {exc}") from None
 
-    def step_argv(self, command: str, *, pty: bool = False) -> list[str]:
-        """srun's argv; as root of a user namespace (rootless podman) behind the
-        anchor's `unshare` prefix, so that Slurm sees the real uid."""
+    def step_argv(self, command: str, *, pty: bool = False,
+                  nodelist: str | None = None) -> list[str]:
+        """srun's argv (on `nodelist`, default task 0's node); as root of a user
+        namespace (rootless podman) behind the anchor's `unshare` prefix, so that Slurm
+        sees the real uid."""
         from scrun_py.anchor.launch import userns_prefix
         from scrun_py.slurm.node_step import step_argv
 
         return [*userns_prefix(), *step_argv(
-            self.record.job_id, command, srun_path=self.srun_path, srun_args=self.srun_args,
-            name=f"scrun-{self.verb}", pty=pty)]
+            self.record.job_id, command, srun=[self.srun_path, *self.srun_args],
+            name=f"scrun-{self.verb}", pty=pty, nodelist=nodelist)]
 
 
 def running_record(inv: Invocation, container_id: str) -> ContainerRecord:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from scrun_py.base.invocation import Invocation
 from scrun_py.commands import create, delete, start
+from scrun_py.commands.create import CreateArgs
 
 
-def run(inv: Invocation, container_id: str, bundle: str | None, pid_file: str | None,
-        console_socket: str | None, detach: bool, keep: bool) -> int:
-    anchor = create.run(inv, container_id, bundle, pid_file, console_socket)
+def run(inv: Invocation, args: CreateArgs, detach: bool, keep: bool) -> int:
+    container_id = args.container_id
+    anchor = create.run(inv, args)
     try:
         start.run(inv, container_id)
     except BaseException:

@@ -20,7 +20,24 @@ from scrun_py.container import fastjson
 
 TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
-    from typing import Any, ClassVar
+    from typing import Any, ClassVar, TypedDict, Unpack
+
+    class RecordFields(TypedDict, total=False):
+        """ContainerRecord's fields after id, bundle and rootfs, all optional (a record
+        of records.py would import collections into `state`: this one is mypy's only)."""
+
+        oci_version: str
+        annotations: dict[str, str] | None
+        status: str
+        anchor_pid: int
+        anchor_start: str
+        created: str
+        owner: str
+        pid_file: str
+        job_id: int
+        owns_job: bool
+        step_id: int | None
+        exit_code: int | None
 
 #: how long `start` waits for the anchor to launch the step (image staging included),
 #: `kill` for it to deliver the signal, and every verb to connect
@@ -57,6 +74,7 @@ class ContainerRecord:
     FIELDS = ("id", "bundle", "rootfs", "oci_version", "annotations", "status", "anchor_pid",
               "anchor_start", "created", "owner", "pid_file", "job_id", "owns_job", "step_id",
               "exit_code")
+    OPTIONAL = frozenset(FIELDS[3:])  # those a caller may leave out (their defaults: __init__)
     TYPES: ClassVar[dict[str, tuple[type, ...]]] = {
         "id": (str,), "bundle": (str,), "rootfs": (str,), "oci_version": (str,),
         "annotations": (dict,), "status": (str,), "anchor_pid": (int,), "anchor_start": (str,),
@@ -64,26 +82,27 @@ class ContainerRecord:
         "owns_job": (bool,), "step_id": (int, type(None)), "exit_code": (int, type(None))}
 
     def __init__(self, id: str, bundle: str, rootfs: str,
-                 oci_version: str = "1.0.2", annotations: dict[str, str] | None = None,
-                 status: str = CREATING, anchor_pid: int = 0,
-                 anchor_start: str = "", created: str = "", owner: str = "",
-                 pid_file: str = "", job_id: int = 0, owns_job: bool = True,
-                 step_id: int | None = None, exit_code: int | None = None) -> None:
+                 **fields: Unpack[RecordFields]) -> None:
+        """The fields after rootfs by name; each one left out has its default here."""
+        unknown = fields.keys() - self.OPTIONAL
+        if unknown:
+            raise TypeError(f"ContainerRecord: unknown field {min(unknown)!r}")
         self.id = id
         self.bundle = bundle
         self.rootfs = rootfs
-        self.oci_version = oci_version
+        self.oci_version = fields.get("oci_version", "1.0.2")
+        annotations = fields.get("annotations")
         self.annotations = annotations if annotations is not None else {}
-        self.status = status
-        self.anchor_pid = anchor_pid
-        self.anchor_start = anchor_start
-        self.created = created
-        self.owner = owner
-        self.pid_file = pid_file
-        self.job_id = job_id
-        self.owns_job = owns_job
-        self.step_id = step_id
-        self.exit_code = exit_code
+        self.status = fields.get("status", CREATING)
+        self.anchor_pid = fields.get("anchor_pid", 0)
+        self.anchor_start = fields.get("anchor_start", "")
+        self.created = fields.get("created", "")
+        self.owner = fields.get("owner", "")
+        self.pid_file = fields.get("pid_file", "")
+        self.job_id = fields.get("job_id", 0)
+        self.owns_job = fields.get("owns_job", True)
+        self.step_id = fields.get("step_id")
+        self.exit_code = fields.get("exit_code")
 
     def as_dict(self) -> dict[str, object]:
         return {name: getattr(self, name) for name in self.FIELDS}
@@ -117,21 +136,20 @@ class ContainerRecord:
         return record
 
 
-def state_document(*, oci_version: str, container_id: str, status: str, pid: int,
-                   bundle: str, rootfs: str, created: str, owner: str,
-                   annotations: dict[str, str]) -> dict[str, Any]:
-    """The OCI state document `state` prints: keys in Slurm's order, then runc's
-    extras; pid is 0 once stopped."""
+def state_document(record: ContainerRecord, status: str) -> dict[str, Any]:
+    """The OCI state document `state` prints of `record`, whose status is `status` (the
+    record's, refreshed: Container.status): keys in Slurm's order, then runc's extras;
+    pid (the anchor's) is 0 once stopped."""
     return {
-        "ociVersion": oci_version,
-        "id": container_id,
+        "ociVersion": record.oci_version,
+        "id": record.id,
         "status": str(status),
-        "pid": 0 if status == STOPPED else pid,
-        "bundle": bundle,
-        "annotations": annotations,
-        "rootfs": rootfs,
-        "created": created,
-        "owner": owner,
+        "pid": 0 if status == STOPPED else record.anchor_pid,
+        "bundle": record.bundle,
+        "annotations": record.annotations,
+        "rootfs": record.rootfs,
+        "created": record.created,
+        "owner": record.owner,
     }
 
 
@@ -503,11 +521,7 @@ class Container:
     def state_line(self) -> str:
         """The OCI state document `state` prints, as one line of compact JSON."""
         record = self.record()
-        return render(state_document(
-            oci_version=record.oci_version, container_id=record.id,
-            status=self.status(record), pid=record.anchor_pid, bundle=record.bundle,
-            rootfs=record.rootfs, created=record.created, owner=record.owner,
-            annotations=record.annotations))
+        return render(state_document(record, self.status(record)))
 
     def request(self, kind: str, timeout_s: float | None, **fields: Any) -> dict[str, Any]:
         """Send one control request to the anchor; its reply, or the error it raised.

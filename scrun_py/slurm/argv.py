@@ -6,6 +6,10 @@ from collections.abc import Collection, Sequence
 
 from scrun_py.slurm.options import JOB_NAME
 
+TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
+if TYPE_CHECKING:
+    from scrun_py.slurm.backend import StepRequest
+
 # The allocation's "shell": report the job environment on stdout, then wait for
 # the anchor to write the container's exit code on stdin and exit with it, so
 # salloc completes the job as COMPLETED or FAILED with that code.  If the anchor
@@ -26,28 +30,35 @@ def build_salloc_argv(alloc_opts: Sequence[str], salloc: str = "salloc") -> list
     return [salloc, f"--job-name={JOB_NAME}", *alloc_opts, "--", "/bin/sh", "-c", HOLDER_SCRIPT]
 
 
-def build_srun_argv(*, job_id: int, container_id: str, bundle: str, args: Sequence[str],
-                    step_opts: Sequence[str] = (), srun_path: str = "srun",
-                    srun_args: Sequence[str] = (), pty: bool = False,
-                    container_id_flag: bool = True) -> list[str]:
-    """The container step: slurmstepd runs the OCI runtime from oci.conf on the bundle."""
-    argv = [srun_path, *srun_args, f"--jobid={job_id}", f"--job-name={JOB_NAME}", "--no-kill",
-            "--quiet"]
+def build_srun_argv(req: StepRequest, *, srun_path: str = "srun",
+                    srun_args: Sequence[str] = (), container_id_flag: bool = True) -> list[str]:
+    """The container step: slurmstepd runs the OCI runtime from oci.conf on the bundle
+    (of `req`, only its job_id, container_id, bundle, args, step_opts and pty)."""
+    argv = [srun_path, *srun_args, f"--jobid={req.job_id}", f"--job-name={JOB_NAME}",
+            "--no-kill", "--quiet"]
     if container_id_flag:
-        argv.append(f"--container-id={container_id}")
-    argv += [f"--container={bundle}", "--export=NONE"]
-    if pty:
+        argv.append(f"--container-id={req.container_id}")
+    argv += [f"--container={req.bundle}", "--export=NONE"]
+    if req.pty:
         argv.append("--pty")
-    argv += [*step_opts, "--", *args]
+    argv += [*req.step_opts, "--", *req.args]
     return argv
+
+
+#: srun takes the job's task count from these as `--ntasks`: a job of two tasks per node
+#: would then run a helper step's command twice on each node, `--ntasks-per-node=1`
+#: notwithstanding (srun warns that it cannot honour it and ignores it)
+TASK_COUNT_ENV = ("SLURM_NTASKS", "SLURM_NPROCS")
 
 
 def build_command_step_argv(*, job_id: int, command: str, srun_path: str = "srun",
                             srun_args: Sequence[str] = (), name: str = "lua-command",
                             overlap: bool = True) -> list[str]:
-    """A helper step on every node of the job running `/bin/sh -c command`."""
-    argv = [srun_path, *srun_args, f"--jobid={job_id}", f"--job-name={name}", "--no-kill",
-            "--quiet", "--ntasks-per-node=1"]
+    """A helper step of one task on every node of the job running `/bin/sh -c command`,
+    whatever task count the job environment it runs in gives (TASK_COUNT_ENV)."""
+    unset = [word for var in TASK_COUNT_ENV for word in ("-u", var)]
+    argv = ["/usr/bin/env", *unset, srun_path, *srun_args, f"--jobid={job_id}",
+            f"--job-name={name}", "--no-kill", "--quiet", "--ntasks-per-node=1"]
     if overlap:
         argv.append("--overlap")
     return [*argv, "--", "/bin/sh", "-c", command]
@@ -67,6 +78,11 @@ def build_scancel_argv(job_id: int, *, signal: int | None = None, full: bool = F
 def build_version_argv(srun_path: str = "srun") -> list[str]:
     """The Slurm release of the client commands (parsed by parse.parse_version)."""
     return [srun_path, "--version"]
+
+
+def build_step_nodes_argv(job_id: int, step_id: int) -> list[str]:
+    """The nodes of one step, as a host list (`n[1-3]`)."""
+    return ["squeue", "--noheader", f"--steps={job_id}.{step_id}", "--format=%N"]
 
 
 def build_step_list_argv(job_id: int) -> list[str]:
@@ -203,16 +219,17 @@ def node_runtime_command(kill_pattern: str, words: Sequence[str], *, job_id: int
     return "".join(out)
 
 
-def build_node_step_argv(*, job_id: int, command: str, srun_path: str = "srun",
-                         srun_args: Sequence[str] = (), name: str = "scrun-ps",
-                         nodelist: str | None = None, pty: bool = False) -> list[str]:
-    """A helper step of one task beside the container's (`--overlap`), on `nodelist`
-    (default: the job's first node, where the container's task 0 runs), running
-    `/bin/sh -c command`."""
-    argv = [srun_path, *srun_args, f"--jobid={job_id}", f"--job-name={name}", "--overlap",
+def build_node_step_argv(*, job_id: int, command: str, srun: Sequence[str] = ("srun",),
+                         name: str = "scrun-ps", nodelist: str | None = None,
+                         pty: bool = False) -> list[str]:
+    """A helper step of one task beside the container's (`--overlap`), running
+    `/bin/sh -c command` with `srun` (oci.conf's SrunPath and SrunArgs) on `nodelist`,
+    by default on the job's first node (`--relative=0`), where the container's task 0
+    runs: srun's own choice of one node is not that node (on a 3-node job it chose the
+    second node for every such step after the first)."""
+    argv = [*srun, f"--jobid={job_id}", f"--job-name={name}", "--overlap",
             "--quiet", "--nodes=1", "--ntasks=1"]
-    if nodelist:
-        argv.append(f"--nodelist={nodelist}")
+    argv.append(f"--nodelist={nodelist}" if nodelist else "--relative=0")
     if pty:
         argv.append("--pty")
     return [*argv, "--", "/bin/sh", "-c", command]

@@ -38,6 +38,18 @@ class JobState(NamedTuple):
     reason: str  # why a pending job waits (Resources, Priority, Dependency, ...); "None": no reason
 
 
+class AllocRequest(NamedTuple):
+    """A job request: salloc's options, the environment it runs in, and whom to tell."""
+
+    opts: Sequence[str]
+    env: dict[str, str]
+    on_job_id: Callable[[int], None]  # the job id, as soon as Slurm assigns it
+    timeout_s: float | None  # None: wait until the job runs or `cancel` is set
+    # what holding the allocation runs should the anchor die (see abandon_script)
+    abandon_file: str | None = None
+    on_pending: Callable[[int], None] | None = None  # Slurm queued the job
+
+
 class StepRequest(NamedTuple):
     """The container step: slurmstepd runs the OCI runtime of oci.conf on `bundle`."""
 
@@ -84,17 +96,14 @@ class SlurmBackend(Protocol):
     """Every call blocks its caller (an anchor thread) and is bounded, except the two
     that wait for the job itself: `allocate` (until `cancel`) and `wait_ended`."""
 
-    def allocate(self, opts: Sequence[str], env: dict[str, str],
-                 on_job_id: Callable[[int], None], timeout_s: float | None,
-                 cancel: Cancel, abandon_file: str | None = None,
-                 on_pending: Callable[[int], None] | None = None) -> Allocation:
+    def allocate(self, req: AllocRequest, cancel: Cancel) -> Allocation:
         """Request a job and wait until it runs; raise AllocationFailed with Slurm's
         message, or Cancelled (the request withdrawn, its job cancelled) once `cancel` is
-        set.  `on_job_id` hears the job id as soon as Slurm assigns it, `on_pending` (after
-        it) when Slurm queues the job instead of granting it at once; both are called in
-        the caller's thread and must return quickly.  Should the anchor die, what holds
-        the allocation runs `abandon_file` (if it exists then: see abandon_script) before
-        it ends the job."""
+        set.  `req.on_job_id` hears the job id as soon as Slurm assigns it,
+        `req.on_pending` (after it) when Slurm queues the job instead of granting it at
+        once; both are called in the caller's thread and must return quickly.  Should the
+        anchor die, what holds the allocation runs `req.abandon_file` (if it exists then:
+        see abandon_script) before it ends the job."""
 
     def attach(self, job_id: int, env: dict[str, str]) -> Allocation:
         """Use an existing job; raise AllocationFailed unless it is running."""

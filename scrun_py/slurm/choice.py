@@ -24,7 +24,7 @@ from scrun_py.base.records import NamedTuple
 from scrun_py.slurm import cli_backend
 from scrun_py.slurm.backend import SlurmBackend
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
     from scrun_py.base.logs import Logger
     from scrun_py.slurm.pyslurm_api import PyslurmApi
@@ -106,66 +106,121 @@ def choose(mode: str, slurm_conf: str | None,
         return Choice("cli", f"{BACKEND_ENV}=cli")
     from scrun_py.slurm import pyslurm_api
 
-    label = "auto" if mode == "auto" else f"{BACKEND_ENV}=pyslurm"
-    built = installed_release() if mode == "auto" and client is not None else None
-    if built is not None and client is not None:
-        commands = client()
-        if commands is not None and commands != built:
-            return Choice("cli", f"auto: pyslurm is built for Slurm {built[0]}.{built[1]:02d}, "
-                                 f"the client commands are {commands[0]}.{commands[1]:02d}",
-                          None, commands)
-
-    def refuse(why: str) -> Choice:
-        if mode == "pyslurm":
-            raise ConfigError(f"{label}: {why}")
-        return Choice("cli", f"{label}: {why}")
-
+    if mode == "auto" and client is not None:
+        skipped = _built_for_other_commands(client)
+        if skipped is not None:
+            return skipped
     try:
         api = pyslurm_api.load(slurm_conf)
     except pyslurm_api.Unavailable as exc:
-        return refuse(str(exc))
+        return _refuse(mode, str(exc))
     try:
         ctld = api.controller_version()
     except pyslurm_api.RpcFailed as exc:
-        why = f"pyslurm {api.version} cannot ask slurmctld its version ({exc})"
-        if mode == "auto":
-            return refuse(why)
-        # slurmctld down is not pyslurm's failure (used as asked, as the CLI would be);
-        # a slurmctld of another release does not answer pyslurm either: the client
-        # commands tell the two apart
-        commands = client() if client is not None else None
-        if commands is not None and commands != api.release:
-            return refuse(f"pyslurm {api.version} is built for Slurm "
-                          f"{api.release[0]}.{api.release[1]:02d}, the client commands are "
-                          f"{commands[0]}.{commands[1]:02d} ({exc})")
-        return Choice("pyslurm", f"{label}: {why}; used as asked", api, commands)
+        return _without_controller(mode, api, exc, client)
     release = pyslurm_api.release_of(ctld)
     if release != api.release:
-        return refuse(f"pyslurm {api.version} is built for Slurm "
-                      f"{api.release[0]}.{api.release[1]:02d}, slurmctld runs {ctld or '?'}")
-    return Choice("pyslurm", f"{label}: pyslurm {api.version} matches slurmctld {ctld}",
+        return _refuse(mode, f"pyslurm {api.version} is built for Slurm "
+                             f"{_dotted(api.release)}, slurmctld runs {ctld or '?'}")
+    return Choice("pyslurm", f"{_label(mode)}: pyslurm {api.version} matches slurmctld {ctld}",
                   api, release)
 
 
-class Deferred:
-    """The `auto` choice, made in a thread (started by `start`) while the job is
-    allocated; `api()` and `release()` wait for it."""
+def _label(mode: str) -> str:
+    """How a reason names the mode: `auto`, or the setting that asked for pyslurm."""
+    return "auto" if mode == "auto" else f"{BACKEND_ENV}=pyslurm"
 
-    def __init__(self, slurm_conf: str | None,
-                 client: Callable[[], tuple[int, int] | None] | None = None) -> None:
-        self._conf = slurm_conf
-        self._client = client
+
+def _dotted(release: tuple[int, int]) -> str:
+    return f"{release[0]}.{release[1]:02d}"
+
+
+def _refuse(mode: str, why: str) -> Choice:
+    """pyslurm cannot be used: the CLI for `auto`, ConfigError for `pyslurm`."""
+    if mode == "pyslurm":
+        raise ConfigError(f"{_label(mode)}: {why}")
+    return Choice("cli", f"{_label(mode)}: {why}")
+
+
+def _built_for_other_commands(client: Callable[[], tuple[int, int] | None]) -> Choice | None:
+    """`auto`'s CLI choice, without importing pyslurm, when the installed pyslurm was
+    built for another release than the client commands'; None when it was not (or
+    either release is unknown)."""
+    built = installed_release()
+    if built is None:
+        return None
+    commands = client()
+    if commands is None or commands == built:
+        return None
+    return Choice("cli", f"auto: pyslurm is built for Slurm {_dotted(built)}, "
+                         f"the client commands are {_dotted(commands)}", None, commands)
+
+
+def _without_controller(mode: str, api: PyslurmApi, exc: Exception,
+                        client: Callable[[], tuple[int, int] | None] | None) -> Choice:
+    """slurmctld did not answer pyslurm: `auto` chooses the CLI.  For `pyslurm` a
+    slurmctld that is down is not pyslurm's failure (used as asked, as the CLI would be);
+    a slurmctld of another release does not answer pyslurm either: the client commands
+    tell the two apart."""
+    why = f"pyslurm {api.version} cannot ask slurmctld its version ({exc})"
+    if mode == "auto":
+        return _refuse(mode, why)
+    commands = client() if client is not None else None
+    if commands is not None and commands != api.release:
+        return _refuse(mode, f"pyslurm {api.version} is built for Slurm "
+                             f"{_dotted(api.release)}, the client commands are "
+                             f"{_dotted(commands)} ({exc})")
+    return Choice("pyslurm", f"{_label(mode)}: {why}; used as asked", api, commands)
+
+
+class CliOptions(NamedTuple):
+    """What the client commands need from oci.conf."""
+
+    srun_path: str = "srun"
+    srun_args: tuple[str, ...] = ()
+    runtime_kill: str | None = None
+
+    def backend(self, version_probe: Callable[[], tuple[int, int] | None] | None = None,
+                ) -> cli_backend.CliSlurm:
+        """The CLI backend; `version_probe` asks the Slurm release before srun does."""
+        return cli_backend.CliSlurm(srun_path=self.srun_path, srun_args=self.srun_args,
+                                    runtime_kill=self.runtime_kill,
+                                    version_probe=version_probe)
+
+    def client_release(self) -> tuple[int, int] | None:
+        """The release of the client commands (`srun --version`)."""
+        return cli_backend.client_release(self.srun_path)
+
+
+class Decision:
+    """A choice the pyslurm backend waits for: made already (`made`), or `auto`'s, made
+    in a thread (`start`) while the job is allocated.  `api()` and `release()` wait for
+    it (up to CHOICE_WAIT_S; None then)."""
+
+    def __init__(self) -> None:
         self._done = threading.Event()
         self.choice: Choice | None = None
 
-    def start(self, on_choice: Callable[[Choice], None]) -> None:
+    @classmethod
+    def made(cls, choice: Choice) -> Decision:
+        decision = cls()
+        decision._set(choice)
+        return decision
+
+    def _set(self, choice: Choice) -> None:
+        self.choice = choice
+        self._done.set()
+
+    def start(self, slurm_conf: str | None,
+              client: Callable[[], tuple[int, int] | None] | None,
+              on_choice: Callable[[Choice], None]) -> None:
+        """Choose for `auto` in a thread of its own; `on_choice` hears the choice."""
         def work() -> None:
             try:
-                choice = choose("auto", self._conf, self._client)
+                choice = choose("auto", slurm_conf, client)
             except Exception as exc:  # never the anchor's end: the CLI then
                 choice = Choice("cli", f"auto: choosing failed: {type(exc).__name__}: {exc}")
-            self.choice = choice
-            self._done.set()
+            self._set(choice)
             on_choice(choice)
 
         threads.spawn(work, "scrun-backend")
@@ -186,37 +241,26 @@ class Deferred:
 def backend_for(mode: str, slurm_conf: str | None, cli_options: CliOptions,
                 log: Logger) -> SlurmBackend:
     """The anchor's backend for `mode` (mode_of); ConfigError when `pyslurm` was asked
-    for and cannot be used.  The choice and its reason are logged (info)."""
+    for and cannot be used.  The choice and its reason are logged (info); `auto`'s once
+    it is made, in its thread."""
     def note(choice: Choice) -> None:
         log.info("slurm backend chosen", backend=choice.name, reason=choice.reason)
 
-    def cli(probe: Callable[[], tuple[int, int] | None] | None = None) -> cli_backend.CliSlurm:
-        return cli_backend.CliSlurm(
-            srun_path=cli_options.srun_path, srun_args=cli_options.srun_args,
-            runtime_kill=cli_options.runtime_kill, version_probe=probe)
-
     if mode == "auto" and not pyslurm_installed():
         note(Choice("cli", "auto: pyslurm is not installed"))
-        return cli()
+        return cli_options.backend()
     if mode == "cli":
         note(Choice("cli", f"{BACKEND_ENV}=cli"))
-        return cli()
+        return cli_options.backend()
     from scrun_py.slurm.pyslurm_backend import PyslurmSlurm
 
     if mode == "pyslurm":
-        choice = choose(mode, slurm_conf,
-                        lambda: cli_backend.client_release(cli_options.srun_path))
-        note(choice)
-        return PyslurmSlurm(cli(lambda: choice.release), lambda: choice.api, log.warning)
-    deferred = Deferred(slurm_conf, lambda: cli_backend.client_release(cli_options.srun_path))
-    backend = PyslurmSlurm(cli(deferred.release), deferred.api, log.warning)
-    deferred.start(note)
+        chosen = choose(mode, slurm_conf, cli_options.client_release)
+        note(chosen)
+        decision = Decision.made(chosen)
+    else:
+        decision = Decision()
+    backend = PyslurmSlurm(cli_options.backend(decision.release), decision.api, log.warning)
+    if mode == "auto":
+        decision.start(slurm_conf, cli_options.client_release, note)
     return backend
-
-
-class CliOptions(NamedTuple):
-    """What the client commands need from oci.conf."""
-
-    srun_path: str = "srun"
-    srun_args: tuple[str, ...] = ()
-    runtime_kill: str | None = None

@@ -26,11 +26,19 @@ from scrun_py.base.errors import AllocationFailed, SlurmError, StepLaunchFailed
 from scrun_py.base.threads import Cancel
 from scrun_py.slurm import argv as slurm_argv
 from scrun_py.slurm import releases
-from scrun_py.slurm.backend import Allocation, JobInfo, JobState, Step, StepExit, StepRequest
+from scrun_py.slurm.backend import (
+    Allocation,
+    AllocRequest,
+    JobInfo,
+    JobState,
+    Step,
+    StepExit,
+    StepRequest,
+)
 from scrun_py.slurm.options import JOB_NAME
 from scrun_py.slurm.salloc_holder import SallocHolder, salloc_cwd
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
     import subprocess
 
@@ -95,14 +103,10 @@ class CliSlurm:
         self._jobs = SallocHolder(salloc, self.cancel)
 
     # ---- the job: salloc_holder.py ------------------------------------------------------
-    def allocate(self, opts: Sequence[str], env: dict[str, str],
-                 on_job_id: Callable[[int], None], timeout_s: float | None,
-                 cancel: Cancel, abandon_file: str | None = None,
-                 on_pending: Callable[[int], None] | None = None) -> Allocation:
+    def allocate(self, req: AllocRequest, cancel: Cancel) -> Allocation:
         # `srun --version` (and the imports the step needs) once salloc runs, while the
         # job is being allocated: not before, where it would delay salloc's own start
-        return self._jobs.allocate(opts, env, on_job_id, timeout_s, cancel, abandon_file,
-                                   spawned=self._start_version_probe, on_pending=on_pending)
+        return self._jobs.allocate(req, cancel, spawned=self._start_version_probe)
 
     def wait_ended(self, alloc: Allocation, cancel: Cancel) -> None:
         self._jobs.wait_ended(alloc, cancel)
@@ -161,9 +165,7 @@ class CliSlurm:
             if problem:
                 raise StepLaunchFailed(problem)
         argv = slurm_argv.build_srun_argv(
-            job_id=req.job_id, container_id=req.container_id, bundle=req.bundle,
-            args=req.args, step_opts=req.step_opts, srun_path=self._srun,
-            srun_args=self._srun_args, pty=req.pty,
+            req, srun_path=self._srun, srun_args=self._srun_args,
             container_id_flag=releases.has(version, "--container-id"))
         import subprocess
 

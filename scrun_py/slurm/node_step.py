@@ -60,10 +60,27 @@ def exec_command(runtime: NodeRuntime, words: Sequence[str], args: Sequence[str]
     return runtime.command(words) + " " + shlex.join(args)
 
 
-def step_argv(job_id: int, command: str, *, srun_path: str, srun_args: Sequence[str],
-              name: str, pty: bool = False) -> list[str]:
-    return slurm_argv.build_node_step_argv(job_id=job_id, command=command, srun_path=srun_path,
-                                           srun_args=srun_args, name=name, pty=pty)
+def step_argv(job_id: int, command: str, *, srun: Sequence[str], name: str,
+              pty: bool = False, nodelist: str | None = None) -> list[str]:
+    """The helper step's argv: `srun` (SrunPath and SrunArgs) on `nodelist`, default the
+    job's first node, where the container's task 0 runs (build_node_step_argv)."""
+    return slurm_argv.build_node_step_argv(job_id=job_id, command=command, srun=srun,
+                                           name=name, nodelist=nodelist, pty=pty)
+
+
+def step_nodelist(job_id: int, step_id: int, env: dict[str, str]) -> str | None:
+    """The nodes of step `job_id`.`step_id` as squeue writes them (`n[1-3]`); None when
+    squeue does not say (no such step, squeue failed)."""
+    import subprocess
+
+    argv = slurm_argv.build_step_nodes_argv(job_id, step_id)
+    try:
+        res = subprocess.run(argv, env=env, capture_output=True, text=True,
+                             timeout=QUERY_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = res.stdout.split()
+    return lines[0] if res.returncode == 0 and len(lines) == 1 else None
 
 
 def container_step_id(job_id: int, env: dict[str, str]) -> int | None:

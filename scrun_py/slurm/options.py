@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from scrun_py.base.records import NamedTuple
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
     from typing import Literal
     Where = Literal["alloc", "step", "removed"]

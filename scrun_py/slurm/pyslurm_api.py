@@ -15,7 +15,7 @@ from types import ModuleType
 from scrun_py.base.errors import SlurmError
 from scrun_py.base.records import NamedTuple
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
     from typing import Any
 

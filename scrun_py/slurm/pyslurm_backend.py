@@ -14,12 +14,12 @@ the container.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from scrun_py.base.errors import AllocationFailed
 from scrun_py.base.records import Protocol
 from scrun_py.base.threads import Cancel
-from scrun_py.slurm.backend import Allocation, JobInfo, JobState, Step, StepRequest
+from scrun_py.slurm.backend import Allocation, AllocRequest, JobInfo, JobState, Step, StepRequest
 from scrun_py.slurm.cli_backend import STEP_ID_ATTEMPTS, CliSlurm
 from scrun_py.slurm.options import JOB_NAME
 from scrun_py.slurm.pyslurm_api import INVALID_JOB_ID, PyslurmApi, RpcFailed
@@ -50,12 +50,8 @@ class PyslurmSlurm:
                    error=str(exc))
 
     # ---- on the client commands: salloc and srun -------------------------------------------
-    def allocate(self, opts: Sequence[str], env: dict[str, str],
-                 on_job_id: Callable[[int], None], timeout_s: float | None,
-                 cancel: Cancel, abandon_file: str | None = None,
-                 on_pending: Callable[[int], None] | None = None) -> Allocation:
-        return self.cli.allocate(opts, env, on_job_id, timeout_s, cancel, abandon_file,
-                                 on_pending=on_pending)
+    def allocate(self, req: AllocRequest, cancel: Cancel) -> Allocation:
+        return self.cli.allocate(req, cancel)
 
     def job_state(self, job_id: int) -> JobState | None:
         # squeue: pyslurm_api's JobView carries no reason

@@ -17,12 +17,12 @@ from scrun_py.base import procs
 from scrun_py.base.errors import AllocationFailed
 from scrun_py.base.threads import Cancel, Cancelled
 from scrun_py.slurm import argv as slurm_argv
-from scrun_py.slurm.backend import Allocation
+from scrun_py.slurm.backend import Allocation, AllocRequest
 
 # salloc is spawned before the anchor imports subprocess or re (procs.spawn): parse
 # (re) is imported once salloc runs, while the job is being allocated
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
     from typing import IO
 
@@ -110,17 +110,16 @@ class SallocHolder:
         self._holder: procs.Spawned | None = None
         self._stderr: StderrFile | None = None
 
-    def allocate(self, opts: Sequence[str], env: dict[str, str],
-                 on_job_id: Callable[[int], None], timeout_s: float | None,
-                 cancel: Cancel, abandon_file: str | None = None,
-                 spawned: Callable[[], None] = lambda: None,
-                 on_pending: Callable[[int], None] | None = None) -> Allocation:
+    def allocate(self, req: AllocRequest, cancel: Cancel,
+                 spawned: Callable[[], None] = lambda: None) -> Allocation:
         """The job salloc was granted; `spawned` is called once salloc runs (what the
-        anchor does meanwhile is off `create`'s critical path), `on_pending` once salloc
-        says slurmctld queued the job."""
-        if abandon_file is not None:  # the holder script runs it (argv.HOLDER_SCRIPT)
-            env = {**env, slurm_argv.ABANDON_ENV: abandon_file}
-        argv, self.job_dir = slurm_argv.build_salloc_argv(opts, self._salloc), salloc_cwd(opts)
+        anchor does meanwhile is off `create`'s critical path), `req.on_pending` once
+        salloc says slurmctld queued the job."""
+        env = req.env
+        if req.abandon_file is not None:  # the holder script runs it (argv.HOLDER_SCRIPT)
+            env = {**env, slurm_argv.ABANDON_ENV: req.abandon_file}
+        argv = slurm_argv.build_salloc_argv(req.opts, self._salloc)
+        self.job_dir = salloc_cwd(req.opts)
         # salloc's stderr goes to an unlinked file, not a pipe: if the anchor dies, a
         # salloc writing to a broken pipe spins at 100% CPU forever (seen on 22.05).
         # Kept open for the allocation's lifetime (polled), closed by release.
@@ -136,8 +135,7 @@ class SallocHolder:
         reader = StderrFile(err_file, alloc)
         self._holder, self._stderr = proc, reader
         try:
-            alloc.env = self._job_env_of(proc, alloc, reader, on_job_id, timeout_s, cancel,
-                                         on_pending)
+            alloc.env = self._job_env_of(proc, reader, req, cancel)
         except BaseException:
             close_pipes(proc)
             reader.poll()
@@ -151,21 +149,21 @@ class SallocHolder:
             raise AllocationFailed("job allocation failed: no SLURM_JOB_ID in the job environment")
         if not alloc.job_id:
             alloc.job_id = job_id
-            on_job_id(job_id)
+            req.on_job_id(job_id)
         return alloc
 
-    def _job_env_of(self, proc: procs.Spawned, alloc: Allocation,
-                    reader: StderrFile, on_job_id: Callable[[int], None],
-                    timeout_s: float | None, cancel: Cancel,
-                    on_pending: Callable[[int], None] | None = None) -> dict[str, str]:
+    def _job_env_of(self, proc: procs.Spawned, reader: StderrFile, req: AllocRequest,
+                    cancel: Cancel) -> dict[str, str]:
         """Wait for the job environment salloc's command prints once the job runs; the job
-        id is noted as soon as salloc names it, a queued job (salloc's "Pending job
-        allocation N") told to `on_pending` once.  Stops salloc (and cancels its job) when
-        cancelled or out of time."""
+        id (in `reader.alloc`) is noted as soon as salloc names it, a queued job (salloc's
+        "Pending job allocation N") told to `req.on_pending` once.  Stops salloc (and
+        cancels its job) when cancelled or out of time."""
         from scrun_py.slurm import parse
 
         assert proc.stdout is not None
+        alloc, on_job_id, on_pending = reader.alloc, req.on_job_id, req.on_pending
         out_fd = proc.stdout.fileno()
+        timeout_s = req.timeout_s
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         buf = b""
         told_pending = False

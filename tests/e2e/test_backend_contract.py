@@ -23,7 +23,7 @@ import pytest
 from scrun_py.base.errors import AllocationFailed
 from scrun_py.base.threads import Cancel
 from scrun_py.slurm import choice
-from scrun_py.slurm.backend import SlurmBackend, StepRequest
+from scrun_py.slurm.backend import AllocRequest, SlurmBackend, StepRequest
 from scrun_py.slurm.cli_backend import CliSlurm, client_release
 from scrun_py.slurm.pyslurm_api import PyslurmApi
 from scrun_py.slurm.pyslurm_backend import PyslurmSlurm
@@ -135,7 +135,8 @@ class TestSideBySide:
         py = PyslurmSlurm(CliSlurm(), lambda: api, lambda msg, **f: fallbacks.append(f))
         os.chmod(tmp_path, 0o755)
         world = RealWorld(cli, tmp_path)
-        alloc = cli.allocate(world.alloc_opts(), world.env(), lambda _j: None, 120, Cancel())
+        alloc = cli.allocate(AllocRequest(world.alloc_opts(), world.env(), lambda _j: None, 120),
+                             Cancel())
         step = None
         try:
             assert cli.job_info(alloc.job_id) == py.job_info(alloc.job_id)

@@ -29,6 +29,7 @@ from tests.e2e.conftest import (
     Created,
     Env,
     User,
+    _live_processes,
     leftovers,
     scontrol_job,
     slurm_env,
@@ -623,6 +624,112 @@ class TestEngines:
             assert ("exited", 7) == engine.exit_code(name)
             got = labelled(engine.logs(name))
             assert {r: [f"up on {n}", f"TERM on {n}"] for r, n in enumerate(NODES)} == got
+        finally:
+            rm = engine("rm", "-f", name)
+        assert 0 == rm.returncode, rm.stderr
+
+
+EXEC_NODE_ANNOTATION = "org.scrun-py.exec.node"
+
+
+def _exec_process(env: Env, name: str, args: list[str], *extra: str) -> str:
+    """A process.json as docker and podman pass it to `exec --process`."""
+    path = env.work / name
+    path.write_text(json.dumps({"terminal": False, "user": {"uid": 0, "gid": 0},
+                                "args": args, "env": ["PATH=/usr/bin:/bin", *extra],
+                                "cwd": "/"}))
+    env.chown(path)
+    return str(path)
+
+
+def _exec_steps(job: int | None = None) -> list[str]:
+    """The helper steps of `exec` still known to Slurm (of `job`, else of any job)."""
+    args = ("--steps", "-h", "-o", "%i %j", *(("-j", str(job)) if job else ()))
+    return [line for line in squeue(*args).splitlines() if line.endswith(" scrun-exec")]
+
+
+def _exec_supervisors(env: Env) -> list[str]:
+    """Live `scrun-py … exec` processes of this test's --root (the supervisors)."""
+    root = str(env.root).encode()
+    return [f"{pid} {comm}" for pid, comm in _live_processes(
+        "cmdline", lambda c: b"\0exec\0" in c and root in c)]
+
+
+class TestExec:
+    def test_exec_on_task_0_node_or_the_named_one(self, user_env: Env,
+                                                  nodes: list[str]) -> None:
+        """`exec` into a 3-node container runs on task 0's node (n1), or on the node the
+        process's SCRUN_EXEC_NODE names (n3); its exit status passes through; a node
+        outside the job fails with one line and runs nothing; nothing is left: no helper
+        step, no supervisor, no record, no process of the job."""
+        env = user_env
+        bundle = _bundle(env, 'echo "up on $(hostname)"; while :; do sleep 0.2; done')
+        created, job = _run_started(env, "mx", bundle, SCRUN_JOB_NUM_NODES="3")
+        try:
+            _wait(lambda: len(labelled(created.stdout())) == 3, 60, "every task up")
+            res = env.run("exec", "mx", "hostname")
+            assert (0, "n1\n", "") == (res.returncode, res.stdout, res.stderr)
+            res = env.run("exec", "--process", _exec_process(
+                env, "p3.json", ["sh", "-c", "hostname; exit 7"], "SCRUN_EXEC_NODE=n3"), "mx")
+            assert (7, "n3\n", "") == (res.returncode, res.stdout, res.stderr)
+            for _ in range(3):  # srun alone chose n2 for the steps after the first
+                res = env.run("exec", "mx", "hostname")
+                assert (0, "n1\n") == (res.returncode, res.stdout), res.stderr
+            res = env.run("exec", "--process", _exec_process(
+                env, "p9.json", ["hostname"], "SCRUN_EXEC_NODE=n9"), "mx")
+            assert (1, "") == (res.returncode, res.stdout)
+            assert (f"scrun-py: exec: node 'n9' (SCRUN_EXEC_NODE of the process) is not one "
+                    f"of the container's nodes (job {job}: n[1-3])\n") == res.stderr
+            assert [] == _exec_steps(job)
+            assert [] == _exec_supervisors(env)
+            assert 3 == len(labelled(created.stdout())), "a task of the container ended"
+        finally:
+            env.run("delete", "--force", "mx")
+            created.wait_exit(timeout=60)
+        assert [] == nothing_left(env, "mx", job)
+
+    def test_exec_on_the_annotated_node(self, user_env: Env, nodes: list[str]) -> None:
+        """The container's annotation org.scrun-py.exec.node (config.json's at create)
+        names the node of every exec; the process's SCRUN_EXEC_NODE wins over it."""
+        env = user_env
+        bundle = _bundle(env, "while :; do sleep 0.2; done", name="annotated")
+        cfg = bundle.config()
+        cfg["annotations"] = {EXEC_NODE_ANNOTATION: "n2"}
+        bundle.config_file.write_text(json.dumps(cfg, indent=2))
+        created, job = _run_started(env, "an", bundle, SCRUN_JOB_NUM_NODES="3")
+        try:
+            res = env.run("exec", "an", "hostname")
+            assert (0, "n2\n", "") == (res.returncode, res.stdout, res.stderr)
+            res = env.run("exec", "--process", _exec_process(
+                env, "p1.json", ["hostname"], "SCRUN_EXEC_NODE=n1"), "an")
+            assert (0, "n1\n", "") == (res.returncode, res.stdout, res.stderr)
+        finally:
+            env.run("delete", "--force", "an")
+            created.wait_exit(timeout=60)
+        assert [] == _exec_supervisors(env)
+        assert [] == nothing_left(env, "an", job)
+
+    @pytest.mark.engines
+    def test_engine_exec_with_a_node(self, engine: engines.Engine) -> None:
+        """`exec` through the engine into a 3-node container: task 0's node by default,
+        `exec -e SCRUN_EXEC_NODE=n3` on n3 (the node is the one in the environment of
+        the container's init there, which the exec'd process sees in its pid
+        namespace), every time; the exit status passes through; no helper step is
+        left."""
+        name = f"scrunmn-{uuid.uuid4().hex[:8]}"
+        node = "tr '\\0' '\\n' < /proc/1/environ | sed -n 's/^SLURMD_NODENAME=//p'"
+        res = engine.run("-d", "--name", name, "-e", "SCRUN_JOB_NUM_NODES=3", engine.image,
+                         "sh", "-c", "while :; do sleep 0.2; done")
+        try:
+            assert 0 == res.returncode, res.stderr
+            _wait(lambda: engine.exit_code(name)[0] == "running", 60, "running")
+            for _ in range(2):
+                ex = engine("exec", name, "sh", "-c", node)
+                assert (0, "n1\n") == (ex.returncode, ex.stdout), ex.stderr
+                ex = engine("exec", "-e", "SCRUN_EXEC_NODE=n3", name, "sh", "-c",
+                            f"{node}; exit 5")
+                assert (5, "n3\n") == (ex.returncode, ex.stdout), ex.stderr
+            assert [] == _exec_steps()
         finally:
             rm = engine("rm", "-f", name)
         assert 0 == rm.returncode, rm.stderr

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from scrun_py.anchor.table import FATAL_BY_DEFAULT
@@ -24,6 +24,7 @@ from scrun_py.base.threads import Cancel, Cancelled
 from scrun_py.hooks.context import HookContext
 from scrun_py.slurm.backend import (
     Allocation,
+    AllocRequest,
     JobInfo,
     JobState,
     SlurmBackend,
@@ -108,17 +109,14 @@ class FakeSlurm:
             raise self.fail[name]
 
     # ---- SlurmBackend --------------------------------------------------------------------
-    def allocate(self, opts: Sequence[str], env: dict[str, str],
-                 on_job_id: Callable[[int], None], timeout_s: float | None,
-                 cancel: Cancel, abandon_file: str | None = None,
-                 on_pending: Callable[[int], None] | None = None) -> Allocation:
-        on_job_id(self.job_id)
+    def allocate(self, req: AllocRequest, cancel: Cancel) -> Allocation:
+        req.on_job_id(self.job_id)
         if self.pending_reason is not None:
             self.jobs[self.job_id] = "PENDING"
-            if on_pending is not None:
-                on_pending(self.job_id)
+            if req.on_pending is not None:
+                req.on_pending(self.job_id)
         try:
-            self._call("allocate", tuple(opts), cancel=cancel)
+            self._call("allocate", tuple(req.opts), cancel=cancel)
         except Cancelled:
             self.calls.append(("cancel", self.job_id, None))  # as salloc's abort does
             self.jobs[self.job_id] = "CANCELLED"

@@ -21,6 +21,7 @@ import pytest
 from scrun_py import OCI_SPEC_VERSION, __version__
 from scrun_py.base import procs
 from scrun_py.base.invocation import Invocation
+from scrun_py.commands.create import CreateArgs
 from scrun_py.container import spool
 from tests.unit.cli_run import run, stored
 
@@ -304,7 +305,7 @@ class TestWiring:
         with mock.patch("scrun_py.commands.create.run") as verb:
             assert 0 == run(["--root", str(tmp_root), "create", *ignored, "--bundle", "/b",
                              "--pid-file", "/p", "--console-socket", "/c", "c1"])
-        assert ("c1", "/b", "/p", "/c", None) == verb.call_args.args[1:]
+        assert (CreateArgs("c1", "/b", "/p", "/c"), None) == verb.call_args.args[1:]
 
     def test_internal_error_is_one_line(self, tmp_root: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:

@@ -15,7 +15,7 @@ from scrun_py.base.errors import AllocationFailed, StepLaunchFailed
 from scrun_py.base.threads import Cancel, Cancelled
 from scrun_py.oci.bundle import bundle_rootfs_problem
 from scrun_py.slurm import cli_backend, salloc_holder
-from scrun_py.slurm.backend import Allocation, StepRequest
+from scrun_py.slurm.backend import Allocation, AllocRequest, StepRequest
 from scrun_py.slurm.cli_backend import CliSlurm
 
 SALLOC = """#!/bin/sh
@@ -83,7 +83,8 @@ class TestAllocation:
         def body() -> None:
             slurm = backend(bin_dir)
             seen: list[int] = []
-            alloc = slurm.allocate(["-p", "debug"], dict(os.environ), seen.append, 10, Cancel())
+            alloc = slurm.allocate(AllocRequest(["-p", "debug"], dict(os.environ), seen.append, 10),
+                                   Cancel())
             assert (55, "55", True, [55]) == (alloc.job_id, alloc.env["SLURM_JOB_ID"],
                                               alloc.owned, seen)
             assert not slurm.revoked(alloc)
@@ -99,7 +100,8 @@ class TestAllocation:
                                         monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv("SALLOC_FAIL", "1")
         with pytest.raises(AllocationFailed) as info:
-            backend(bin_dir).allocate([], dict(os.environ), lambda _j: None, 10, Cancel())
+            backend(bin_dir).allocate(AllocRequest([], dict(os.environ), lambda _j: None, 10),
+                                      Cancel())
         assert ("job allocation failed: salloc: error: spank: required plugin gate.so: "
                 "init_post_opt() failed; Job submit/allocate failed: Invalid partition name "
                 "specified") == str(info.value)
@@ -108,7 +110,8 @@ class TestAllocation:
                                      monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv("SALLOC_HANG", "1")
         with pytest.raises(AllocationFailed, match=r"not granted within 0.3s \(salloc: Granted"):
-            backend(bin_dir).allocate([], dict(os.environ), lambda _j: None, 0.3, Cancel())
+            backend(bin_dir).allocate(AllocRequest([], dict(os.environ), lambda _j: None, 0.3),
+                                      Cancel())
         assert "scancel 55" == logged(bin_dir)[-1]
 
     def test_cancel_withdraws_the_request(self, bin_dir: Path,
@@ -118,13 +121,14 @@ class TestAllocation:
         cancel = Cancel()
         threading.Timer(0.3, cancel.set).start()
         with pytest.raises(Cancelled):
-            backend(bin_dir).allocate([], dict(os.environ), lambda _j: None, None, cancel)
+            backend(bin_dir).allocate(AllocRequest([], dict(os.environ), lambda _j: None, None),
+                                      cancel)
         assert "scancel 55" == logged(bin_dir)[-1]
 
     def test_missing_salloc(self, tmp_path: Path) -> None:
         with pytest.raises(AllocationFailed, match="cannot run salloc"):
-            CliSlurm(salloc=str(tmp_path / "nope")).allocate([], {}, lambda _j: None, 1,
-                                                             Cancel())
+            CliSlurm(salloc=str(tmp_path / "nope")).allocate(
+                AllocRequest([], {}, lambda _j: None, 1), Cancel())
 
     @pytest.mark.parametrize(("state", "ok"), [("RUNNING", True), ("PENDING", False)])
     def test_attach(self, bin_dir: Path, monkeypatch: pytest.MonkeyPatch, state: str,
@@ -263,6 +267,18 @@ class TestStep:
         assert sorted(f"signalled {n}.{t}" for n in ("n1", "n2", "n3") for t in (0, 1)) \
             == sorted(logged(bin_dir))
         assert 4 == len((bin_dir.parent / "log.n2").read_text().splitlines())
+
+    def test_helper_steps_run_without_the_jobs_task_count(
+            self, bin_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """srun takes SLURM_NTASKS/SLURM_NPROCS as --ntasks: in a job of two tasks per node
+        it would run a helper step's command twice on each node (each container would
+        get the signal twice).  The helper step's srun never sees them."""
+        (bin_dir / "srun").write_text(
+            '#!/bin/sh\nenv | grep -E "^SLURM_(NTASKS|NPROCS|JOB_ID)=" | sort >> "$LOG"\n')
+        env = {**os.environ, "SLURM_NTASKS": "6", "SLURM_NPROCS": "6", "SLURM_JOB_ID": "55",
+               "SLURM_TASKS_PER_NODE": "2(x3)"}
+        backend(bin_dir).signal(55, 2, 15, env, lambda: True)
+        assert ["SLURM_JOB_ID=55"] == logged(bin_dir)
 
     def test_kill_and_command_argv(self, bin_dir: Path) -> None:
         slurm = backend(bin_dir)

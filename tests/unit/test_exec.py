@@ -38,15 +38,16 @@ def process_json(tmp_path: Path, **fields: object) -> str:
 class TestStep:
     def test_argv(self, world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                   capsys: pytest.CaptureFixture[str]) -> None:
-        """One helper task beside the container's step, running the node runtime's
-        exec with process.json's env and cwd, then its args."""
+        """One helper task beside the container's step, on the job's first node (task
+        0's; srun alone may choose another), running the node runtime's exec with
+        process.json's env and cwd, then its args."""
         world.container()
         monkeypatch.setenv("SCRUN_TEST_AFTER", "exit 0")
         assert 0 == run(["--root", str(world.root), "exec", "--process",
                          process_json(tmp_path, args=["sh", "-c", "echo 100%"]), "c1"])
         argv = world.argv()
         assert ["--jobid=42", "--job-name=scrun-exec", "--overlap", "--quiet", "--nodes=1",
-                "--ntasks=1", "--", "/bin/sh", "-c"] == argv[:-1]
+                "--ntasks=1", "--relative=0", "--", "/bin/sh", "-c"] == argv[:-1]
         assert ('crun --rootless=true --root=/tmp/ocistate-"$(id -un)" exec --env=PATH=/bin '
                 '--env=A=1 --cwd=/ "${SLURMD_NODENAME}"."$(id -un)".42.3.0 sh -c '
                 "'echo 100%'") == argv[-1]
@@ -171,3 +172,112 @@ class TestSiteRuntime:
         (tmp_path / "scrun-py.toml").write_text(text)
         with pytest.raises(ConfigError, match=r"\[exec\]"):
             site_conf.exec_runtime(str(tmp_path / "slurm.conf"))
+
+
+def squeue(world: World, body: str) -> Path:
+    """A stand-in squeue on PATH that records its arguments and runs `body`."""
+    calls = world.bin.parent / "squeue-calls"
+    script = world.bin / "squeue"
+    script.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$@\" > {calls}\n{body}\n")
+    script.chmod(0o755)
+    return calls
+
+
+def annotate(world: World, annotations: dict[str, str]) -> None:
+    record = world.root / "c1" / "state.json"
+    doc = json.loads(record.read_text())
+    doc["annotations"] = annotations
+    record.write_text(json.dumps(doc))
+
+
+NODE_KEY = "org.scrun-py.exec.node"
+
+
+class TestNodeChoice:
+    @pytest.mark.parametrize(("env", "annotations", "chosen"), [
+        ([], {}, None),
+        (["SCRUN_EXEC_NODE=n2"], {}, ("n2", "SCRUN_EXEC_NODE of the process")),
+        (["SCRUN_EXEC_NODE=n2", "SCRUN_EXEC_NODE=n3"], {}, ("n3",
+                                                            "SCRUN_EXEC_NODE of the process")),
+        ([], {NODE_KEY: "n3"}, ("n3", f"the container's annotation {NODE_KEY}")),
+        (["SCRUN_EXEC_NODE=n2"], {NODE_KEY: "n3"}, ("n2", "SCRUN_EXEC_NODE of the process")),
+        (["SCRUN_EXEC_NODE="], {NODE_KEY: "n3"}, ("n3", f"the container's annotation {NODE_KEY}")),
+        (["SCRUN_EXEC_NODE="], {NODE_KEY: ""}, None),
+        (["SCRUN_EXEC_NODES=n2", "XSCRUN_EXEC_NODE=n2"], {}, None),
+    ])
+    def test_exec_node(self, env: list[str], annotations: dict[str, str],
+                       chosen: tuple[str, str] | None) -> None:
+        """The process's SCRUN_EXEC_NODE (its last), else the annotation; an empty value
+        is none; None is task 0's node."""
+        assert chosen == exec_verb.exec_node(env, annotations)
+
+    def test_task_0_node_by_default(self, world: World, tmp_path: Path,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+        """No node named: no --nodelist (srun's first node of the job, task 0's) and no
+        squeue asked."""
+        calls = squeue(world, "echo n1")
+        world.container()
+        monkeypatch.setenv("SCRUN_TEST_AFTER", "exit 0")
+        assert 0 == run(["--root", str(world.root), "exec", "-p", process_json(tmp_path),
+                         "c1"])
+        argv = world.argv()
+        assert ["--relative=0"] == [a for a in argv if a.startswith(("--nodelist", "--rel"))]
+        assert not calls.exists()
+
+    @pytest.mark.parametrize(("env", "annotations"), [
+        (["PATH=/bin", "SCRUN_EXEC_NODE=n3"], {}),
+        (["PATH=/bin"], {NODE_KEY: "n3"}),
+        (["PATH=/bin", "SCRUN_EXEC_NODE=n3"], {NODE_KEY: "n2"}),
+    ])
+    def test_named_node(self, world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                        env: list[str], annotations: dict[str, str]) -> None:
+        """A node of the container's step (squeue's list for job.step) gets the step:
+        `--nodelist=n3`; the container's id there is expanded by the node's shell."""
+        calls = squeue(world, "echo 'n[1-3]'")
+        world.container()
+        annotate(world, annotations)
+        monkeypatch.setenv("SCRUN_TEST_AFTER", "exit 0")
+        assert 0 == run(["--root", str(world.root), "exec", "-p",
+                         process_json(tmp_path, env=env), "c1"])
+        argv = world.argv()
+        assert ["--nodelist=n3"] == [a for a in argv[:argv.index("--")]
+                                     if a.startswith(("--nodelist", "--relative"))]
+        assert '"${SLURMD_NODENAME}"."$(id -un)".42.3.0 echo hi' in argv[-1]
+        assert ["--noheader", "--steps=42.3", "--format=%N"] == calls.read_text().split()
+
+    @pytest.mark.parametrize(("body", "words"), [
+        ("echo 'n[1-3]'",
+         "scrun-py: exec: node 'n9' (SCRUN_EXEC_NODE of the process) is not one of the "
+         "container's nodes (job 42: n[1-3])\n"),
+        ("echo 'n[1-3'",
+         "scrun-py: exec: node 'n9' (SCRUN_EXEC_NODE of the process) is not one of the "
+         "container's nodes (job 42: n[1-3)\n"),
+        ("echo 'squeue: error: Invalid job id specified' >&2; exit 1",
+         "scrun-py: exec: cannot tell the nodes of job 42's container step (squeue did not "
+         "say) to check node 'n9' (SCRUN_EXEC_NODE of the process)\n"),
+    ])
+    def test_not_a_node_of_the_job(self, world: World, tmp_path: Path,
+                                   capsys: pytest.CaptureFixture[str], body: str,
+                                   words: str) -> None:
+        """A node outside the container's step, or nodes squeue cannot give: one line,
+        exit 1, no step, no pid file, no supervisor (--detach)."""
+        squeue(world, body)
+        world.container()
+        pid_file = tmp_path / "exec.pid"
+        assert 1 == run(["--root", str(world.root), "exec", "-p",
+                         process_json(tmp_path, env=["SCRUN_EXEC_NODE=n9"]), "--detach",
+                         "--pid-file", str(pid_file), "c1"])
+        assert words == capsys.readouterr().err
+        assert not world.calls.exists()
+        assert not pid_file.exists()
+
+    def test_annotation_named_node_outside(self, world: World, tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+        squeue(world, "echo n1")
+        world.container()
+        annotate(world, {NODE_KEY: "n2"})
+        assert 1 == run(["--root", str(world.root), "exec", "-p", process_json(tmp_path),
+                         "c1"])
+        assert (f"scrun-py: exec: node 'n2' (the container's annotation {NODE_KEY}) is not "
+                "one of the container's nodes (job 42: n1)\n") == capsys.readouterr().err
+        assert not world.calls.exists()

@@ -20,12 +20,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("container", "slurm"), ("base",), ("",))
 
 #: circles inside a package that stay, and why
-KNOWN_CYCLES = frozenset({
-    # commands/__init__.py dispatches to the verbs (lazily), which take its `audited`
-    # and `audit`
-    frozenset({"scrun_py.commands", "scrun_py.commands.delete", "scrun_py.commands.kill",
-               "scrun_py.commands.start"}),
-})
+KNOWN_CYCLES: frozenset[frozenset[str]] = frozenset()
 
 
 def package_of(module: str) -> str:

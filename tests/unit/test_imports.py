@@ -287,6 +287,7 @@ class TestAnchorStaysLean:
             "preload()\n"
             "from scrun_py.base import logs\n"
             "from scrun_py.base.threads import Cancel\n"
+            "from scrun_py.slurm.backend import AllocRequest\n"
             "from scrun_py.hooks.interface import load_hooks\n"
             "from scrun_py.slurm import choice\n"
             "from scrun_py.slurm.options import job_options\n"
@@ -300,8 +301,8 @@ class TestAnchorStaysLean:
             "opts = job_options({}).alloc\n"
             "WATCH = ('subprocess', 're', 'shlex', 'locale', 'selectors', 'socket')\n"
             "seen = []\n"
-            "alloc = backend._jobs.allocate(opts, dict(os.environ), lambda j: None, 10,"
-            " Cancel(), spawned=lambda: seen.append([m for m in WATCH if m in sys.modules]))\n"
+            "alloc = backend._jobs.allocate(AllocRequest(opts, dict(os.environ), lambda j: None,"
+            " 10), Cancel(), spawned=lambda: seen.append([m for m in WATCH if m in sys.modules]))\n"
             "backend.release(alloc, 0, 10)\n"
             "print(alloc.job_id, seen)\n")
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -494,6 +495,7 @@ class TestSiteCorpusStaysLean:
             "preload()\n"
             "from scrun_py.anchor.handoff import AnchorSpec\n"
             "from scrun_py.base.threads import Cancel\n"
+            "from scrun_py.slurm.backend import AllocRequest\n"
             "from scrun_py.container import spool\n"
             "from scrun_py.slurm.options import job_options\n"
             "spec = AnchorSpec.from_json(sys.stdin.read())\n"
@@ -507,8 +509,8 @@ class TestSiteCorpusStaysLean:
             "def spawned():\n"
             f"    seen['salloc'] = {_FORBIDDEN_NOW}\n"
             "    backend._start_version_probe()\n"
-            "alloc = backend._jobs.allocate(job_options({}).alloc, dict(os.environ),"
-            " lambda j: None, 10, Cancel(), spawned=spawned)\n"
+            "alloc = backend._jobs.allocate(AllocRequest(job_options({}).alloc,"
+            " dict(os.environ), lambda j: None, 10), Cancel(), spawned=spawned)\n"
             "lc.container.stage_in(alloc, os.getuid(), os.getgid(),"
             " lambda cmd: backend.command_argv(alloc.job_id, cmd), Cancel())\n"
             "seen['ran'] = [type(lc.container.hooks).__name__, str(lc.container.staged_in)]\n"
@@ -561,6 +563,7 @@ class TestNoClickVerbsStayLean:
     ALLOWED = frozenset({
         "scrun_py", "scrun_py.entry", "scrun_py.cli.fast_path", "scrun_py.cli.argv_table",
         "scrun_py.base.invocation", "scrun_py.base.layout", "scrun_py.commands",
+        "scrun_py.commands.dispatch",
         "scrun_py.commands.state", "scrun_py.commands.delete", "scrun_py.container.handle",
         "scrun_py.container.fastjson", "scrun_py.base.errors", "scrun_py.base.procs", "_json",
         "scrun_py.base", "scrun_py.cli", "scrun_py.container",

@@ -12,13 +12,6 @@ from scrun_py.base.lean import TYPE_CHECKING_NOTE
 
 PACKAGE_DIR = Path(__file__).resolve().parents[2] / "scrun_py"
 LINE = re.compile(r"^TYPE_CHECKING = False(.*)$", re.MULTILINE)
-# modules whose line does not carry the note yet
-LATER = frozenset({
-    "anchor/__main__.py", "anchor/container.py", "anchor/handoff.py", "anchor/launch.py",
-    "anchor/readiness.py", "anchor/server.py", "slurm/choice.py", "slurm/cli_backend.py",
-    "slurm/options.py", "slurm/pyslurm_api.py", "slurm/salloc_holder.py"})
-
-
 def _modules() -> dict[str, str]:
     return {str(p.relative_to(PACKAGE_DIR)): p.read_text(encoding="utf-8")
             for p in sorted(PACKAGE_DIR.rglob("*.py"))}
@@ -27,7 +20,7 @@ def _modules() -> dict[str, str]:
 def test_every_type_checking_line_points_to_lean() -> None:
     found = {name: LINE.findall(text) for name, text in _modules().items()}
     assert len([n for n, lines in found.items() if lines]) > 30  # the scan sees them
-    offenders = sorted(name for name, lines in found.items() if name not in LATER
+    offenders = sorted(name for name, lines in found.items()
                        for tail in lines if tail.strip() != TYPE_CHECKING_NOTE)
     assert [] == offenders
 

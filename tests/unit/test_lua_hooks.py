@@ -24,7 +24,7 @@ from structlog.testing import capture_logs
 from scrun_py.base.errors import HookError
 from scrun_py.base.flags import LADDER
 from scrun_py.base.logs import LEVEL_KEY, LEVELS, Sinks, configure_structlog
-from scrun_py.hooks.context import HookContext
+from scrun_py.hooks.context import HookContext, HookJob, HookPaths
 from scrun_py.hooks.contract import SLURM_CONSTANTS
 from scrun_py.hooks.interface import NoHooks, find_script, load_hooks
 from scrun_py.hooks.lua import DEFAULT_LUA, LuaHooks, lupa_module_name
@@ -66,7 +66,9 @@ def make_ctx(tmp_path: Path, **changes: Any) -> HookContext:
         "remote_argv": lambda cmd: ["/bin/sh", "-c", cmd],
     }
     values.update(changes)
-    return HookContext(**values)
+    return HookContext(values.pop("container_id"),
+                       HookPaths(**{name: values.pop(name) for name in HookPaths._fields}),
+                       HookJob(**values))
 
 
 def run_in_hook(lua_script: LuaScript, tmp_path: Path, body: str,
@@ -680,11 +682,11 @@ class TestShippedScripts:
 VERSION_PROBE = """
 import json, sys
 from pathlib import Path
-from scrun_py.hooks.context import HookContext
+from scrun_py.hooks.context import HookContext, HookJob, HookPaths
 from scrun_py.hooks.lua import LuaHooks
 hooks = LuaHooks.load(Path(sys.argv[1]), sys.argv[2])
-ctx = HookContext("c1", "/b", "/b", "/b/r", "/b/r", "/s/", "/b/config.json", 42, 1000, 1000,
-                  {"A": "1"}, lambda cmd: ["/bin/sh", "-c", cmd])
+ctx = HookContext("c1", HookPaths("/b", "/b", "/b/r", "/b/r", "/s/", "/b/config.json"),
+                  HookJob(42, 1000, 1000, {"A": "1"}, lambda cmd: ["/bin/sh", "-c", cmd]))
 hooks.stage_in(ctx)
 """
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from scrun_py.container.handle import render, state_document
+from scrun_py.container.handle import ContainerRecord, render, state_document
 from scrun_py.container.status import Status
 
 KEY_ORDER = ["ociVersion", "id", "status", "pid", "bundle", "annotations", "rootfs", "created",
@@ -17,13 +17,14 @@ KEY_ORDER = ["ociVersion", "id", "status", "pid", "bundle", "annotations", "root
 
 
 def _doc(status: Status = Status.RUNNING, **changes: Any) -> dict[str, Any]:
+    """The document of a record whose status is `status` (the record's own is `running`)."""
     fields: dict[str, Any] = {
-        "oci_version": "1.0.2", "container_id": "c1", "status": status, "pid": 4242,
+        "oci_version": "1.0.2", "id": "c1", "status": "running", "anchor_pid": 4242,
         "bundle": "/b/c1", "rootfs": "/b/c1/rootfs", "created": "2024-01-02T03:04:05.000000Z",
         "owner": "tuser", "annotations": {"org.example/a": "1"},
     }
     fields.update(changes)
-    return state_document(**fields)
+    return state_document(ContainerRecord(**fields), status)
 
 
 class TestStateDocument:

@@ -25,7 +25,7 @@ from scrun_py.base import logs
 from scrun_py.base.threads import Cancel
 from scrun_py.container import spool
 from scrun_py.container.handle import Container as Handle
-from scrun_py.slurm.backend import JobState
+from scrun_py.slurm.backend import AllocRequest, JobState
 from scrun_py.slurm.cli_backend import CliSlurm
 from scrun_py.slurm.pyslurm_backend import PyslurmSlurm
 from tests.unit.anchor_harness import CID, Harness, run
@@ -318,8 +318,8 @@ class TestCliBackend:
             (bin_dir.parent / "grant").touch()
 
         threading.Thread(target=grant, daemon=True).start()
-        alloc = slurm.allocate([], dict(os.environ), heard.append, 20, Cancel(),
-                               on_pending=pending.append)
+        alloc = slurm.allocate(AllocRequest([], dict(os.environ), heard.append, 20,
+                                            on_pending=pending.append), Cancel())
         assert 55 == alloc.job_id
         slurm.release(alloc, 0, 10)
         return heard, pending

@@ -269,13 +269,14 @@ class TestProgramsFoundOnlyInAbsolutePathEntries:
         """The allocation fails as for a missing salloc; the planted one never runs."""
         from scrun_py.base.errors import AllocationFailed
         from scrun_py.base.threads import Cancel
+        from scrun_py.slurm.backend import AllocRequest
         from scrun_py.slurm.salloc_holder import SallocHolder
 
         _, work, marker = layout
         holder = SallocHolder("salloc", lambda _job: None)
         with pytest.raises(AllocationFailed, match="cannot run salloc: not found on PATH"):
-            holder.allocate([f"--chdir={work}"], {"PATH": ":rel:."}, lambda _j: None, 5.0,
-                            Cancel())
+            holder.allocate(AllocRequest([f"--chdir={work}"], {"PATH": ":rel:."},
+                                         lambda _j: None, 5.0), Cancel())
         assert str(work) == holder.job_dir
         assert not marker.exists()
 

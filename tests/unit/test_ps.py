@@ -75,8 +75,8 @@ class TestPs:
         assert 0 == world.ps("--format", "json", "c1")
         assert ("[101,102]\n", "") == capsys.readouterr()
         argv = world.argv()
-        assert ["--jobid=42", "--job-name=scrun-ps", "--overlap", "--quiet", "--nodes=1",
-                "--ntasks=1", "--", "/bin/sh", "-c"] == argv[:-1]
+        assert ["--jobid=42", "--job-name=scrun-ps", "--overlap", "--quiet",
+                "--nodes=1", "--ntasks=1", "--relative=0", "--", "/bin/sh", "-c"] == argv[:-1]
         assert argv[-1] == node_step._PS_SCRIPT.format(ps=
             'crun --rootless=true --root=/tmp/ocistate-"$(id -un)" ps --format json '
             '"${SLURMD_NODENAME}"."$(id -un)".42.3.0',

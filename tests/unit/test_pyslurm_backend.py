@@ -163,7 +163,9 @@ class TestThroughPyslurm:
         be, rec = backend(slurm, [], runtime_kill="crun kill %n.%u.%j.%s.%t")
         be.signal(5, 2, 10, {}, lambda: False)  # the helper step failed, the step has gone
         assert 1 == len(rec.ran)
-        assert rec.ran[0].startswith("srun --jobid=5 --job-name=scrun-signal")
+        assert rec.ran[0].startswith(
+            "/usr/bin/env -u SLURM_NTASKS -u SLURM_NPROCS srun --jobid=5 "
+            "--job-name=scrun-signal")
         assert [] == slurm.calls
 
     def test_signal_without_runtime_kill(self, slurm: StandIn) -> None:
@@ -297,12 +299,12 @@ class TestChoice:
         assert chosen.reason.startswith("auto: pyslurm is not installed")
 
     def test_deferred_auto_choice(self, loaded: StandIn) -> None:
-        deferred = choice.Deferred(None)
+        decision = choice.Decision()
         heard: list[choice.Choice] = []
-        deferred.start(heard.append)
-        api = deferred.api()
+        decision.start(None, None, heard.append)
+        api = decision.api()
         assert api is not None
-        assert (25, 11) == deferred.release()
+        assert (25, 11) == decision.release()
         assert ["pyslurm"] == [c.name for c in heard]
 
     def test_auto_does_not_import_a_pyslurm_of_another_release(

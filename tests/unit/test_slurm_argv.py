@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from scrun_py.slurm import argv as slurm_argv
+from scrun_py.slurm.backend import StepRequest
 
 GOLDEN_DIR = Path(__file__).resolve().parent.parent / "golden"
 EXAMPLE_CONF = Path(__file__).resolve().parents[2] / "oci.conf.example"
@@ -92,29 +93,32 @@ CASES: dict[str, tuple[str, Callable[[], Rendered]]] = {
         lambda: slurm_argv.build_salloc_argv(["--partition=debug", "--time=10", "--chdir=/w"],
                                              salloc="/usr/bin/salloc")),
     "srun_container_id": (
-        "build_srun_argv(job_id=42, container_id='c1', bundle='/b/c1', args=['sh', '-c', "
-        "'echo hi'])",
-        lambda: slurm_argv.build_srun_argv(job_id=42, container_id="c1", bundle="/b/c1",
-                                           args=["sh", "-c", "echo hi"])),
+        "build_srun_argv(StepRequest(job_id=42, container_id='c1', bundle='/b/c1', "
+        "args=['sh', '-c', 'echo hi'], env={}))",
+        lambda: slurm_argv.build_srun_argv(StepRequest(
+            job_id=42, container_id="c1", bundle="/b/c1", args=["sh", "-c", "echo hi"],
+            env={}))),
     "srun_no_container_id": (
-        "build_srun_argv(job_id=42, container_id='c1', bundle='/b/c1', args=['true'], "
-        "container_id_flag=False)",
-        lambda: slurm_argv.build_srun_argv(job_id=42, container_id="c1", bundle="/b/c1",
-                                           args=["true"], container_id_flag=False)),
+        "build_srun_argv(StepRequest(job_id=42, container_id='c1', bundle='/b/c1', "
+        "args=['true'], env={}), container_id_flag=False)",
+        lambda: slurm_argv.build_srun_argv(StepRequest(
+            job_id=42, container_id="c1", bundle="/b/c1", args=["true"], env={}),
+            container_id_flag=False)),
     "srun_pty": (
-        "build_srun_argv(job_id=42, container_id='c1', bundle='/b/c1', args=['sh'], pty=True)",
-        lambda: slurm_argv.build_srun_argv(job_id=42, container_id="c1", bundle="/b/c1",
-                                           args=["sh"], pty=True)),
+        "build_srun_argv(StepRequest(job_id=42, container_id='c1', bundle='/b/c1', "
+        "args=['sh'], env={}, pty=True))",
+        lambda: slurm_argv.build_srun_argv(StepRequest(
+            job_id=42, container_id="c1", bundle="/b/c1", args=["sh"], env={}, pty=True))),
     "srun_everything": (
-        "build_srun_argv(job_id=7, container_id='web.1', bundle='/spool/web 1', "
-        "args=['/bin/echo', '--', 'a b'], step_opts=['--mpi=pmix', '--label'], "
-        "srun_path='/opt/slurm/bin/srun', srun_args=['--verbose', '--mem-bind=local'], "
-        "pty=True)",
+        "build_srun_argv(StepRequest(job_id=7, container_id='web.1', bundle='/spool/web 1', "
+        "args=['/bin/echo', '--', 'a b'], env={}, step_opts=['--mpi=pmix', '--label'], "
+        "pty=True), srun_path='/opt/slurm/bin/srun', "
+        "srun_args=['--verbose', '--mem-bind=local'])",
         lambda: slurm_argv.build_srun_argv(
-            job_id=7, container_id="web.1", bundle="/spool/web 1",
-            args=["/bin/echo", "--", "a b"], step_opts=["--mpi=pmix", "--label"],
-            srun_path="/opt/slurm/bin/srun", srun_args=["--verbose", "--mem-bind=local"],
-            pty=True)),
+            StepRequest(job_id=7, container_id="web.1", bundle="/spool/web 1",
+                        args=["/bin/echo", "--", "a b"], env={},
+                        step_opts=["--mpi=pmix", "--label"], pty=True),
+            srun_path="/opt/slurm/bin/srun", srun_args=["--verbose", "--mem-bind=local"])),
     "command_step_default": (
         "build_command_step_argv(job_id=42, command='mkdir -p /scratch/x')",
         lambda: slurm_argv.build_command_step_argv(job_id=42, command="mkdir -p /scratch/x")),
@@ -181,15 +185,18 @@ CASES: dict[str, tuple[str, Callable[[], Rendered]]] = {
         "job_id=7, step_id=3)",
         lambda: slurm_argv.node_runtime_command(CRUN_KILL_UID, ["exec", "--tty", "--cwd", "/w"],
                                                 job_id=7, step_id=3)),
+    "step_nodes": (
+        "build_step_nodes_argv(42, 3)",
+        lambda: slurm_argv.build_step_nodes_argv(42, 3)),
     "node_step_default": (
         "build_node_step_argv(job_id=42, command='crun ps c')",
         lambda: slurm_argv.build_node_step_argv(job_id=42, command="crun ps c")),
     "node_step_pty_nodelist": (
-        "build_node_step_argv(job_id=42, command='crun exec c sh', srun_path='/opt/srun', "
-        "srun_args=['--mpi=none'], name='scrun-exec', nodelist='n1', pty=True)",
+        "build_node_step_argv(job_id=42, command='crun exec c sh', "
+        "srun=['/opt/srun', '--mpi=none'], name='scrun-exec', nodelist='n1', pty=True)",
         lambda: slurm_argv.build_node_step_argv(
-            job_id=42, command="crun exec c sh", srun_path="/opt/srun",
-            srun_args=["--mpi=none"], name="scrun-exec", nodelist="n1", pty=True)),
+            job_id=42, command="crun exec c sh", srun=["/opt/srun", "--mpi=none"],
+            name="scrun-exec", nodelist="n1", pty=True)),
 }
 
 
@@ -286,14 +293,15 @@ class TestBuilders:
 
     def test_srun_container_args_follow_separator(self) -> None:
         """Container arguments that look like options stay after `--`, untouched."""
-        argv = slurm_argv.build_srun_argv(job_id=1, container_id="c", bundle="/b",
-                                          args=["--help", "-x"])
+        argv = slurm_argv.build_srun_argv(StepRequest(job_id=1, container_id="c", bundle="/b",
+                                                      args=["--help", "-x"], env={}))
         assert ["--", "--help", "-x"] == argv[-3:]
 
     def test_srun_without_container_id(self) -> None:
         """With container_id_flag=False no --container-id option is emitted (Slurm < 23.02)."""
-        argv = slurm_argv.build_srun_argv(job_id=1, container_id="c", bundle="/b", args=["x"],
-                                          container_id_flag=False)
+        argv = slurm_argv.build_srun_argv(
+            StepRequest(job_id=1, container_id="c", bundle="/b", args=["x"], env={}),
+            container_id_flag=False)
         assert [] == [a for a in argv if a.startswith("--container-id")]
         assert "--container=/b" in argv
 

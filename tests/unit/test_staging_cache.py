@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from scrun_py.hooks.context import HookContext
+from scrun_py.hooks.context import HookContext, HookJob, HookPaths
 from scrun_py.hooks.lua import LuaHooks
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,10 +36,11 @@ SQUEUE_GONE = ('#!/bin/sh\n[ "$3" = 42 ] || { echo RUNNING; exit 0; }\n'
 DRIVER = """
 import json, sys
 from pathlib import Path
-from scrun_py.hooks.context import HookContext
+from scrun_py.hooks.context import HookContext, HookJob, HookPaths
 from scrun_py.hooks.lua import LuaHooks
 args = json.loads(sys.argv[1])
-ctx = HookContext(**args["ctx"], remote_argv=lambda cmd: ["/bin/sh", "-c", cmd])
+ctx = HookContext(args["id"], HookPaths(*args["paths"]),
+                  HookJob(*args["job"], lambda cmd: ["/bin/sh", "-c", cmd]))
 LuaHooks.load(Path(args["script"])).stage_in(ctx)
 print(json.dumps({"bundle": ctx.bundle, "root_path": ctx.root_path}))
 """
@@ -145,13 +146,15 @@ class Stage:
     def ctx(self, cid: str, bundle: Path, rootfs: Path, tasks: str = "1",
             job_id: int = 42, user_id: int | None = None) -> HookContext:
         return HookContext(
-            container_id=cid, bundle=str(bundle), orig_bundle=str(bundle),
-            root_path=str(rootfs), orig_root_path=str(rootfs),
-            spool_dir=str(self.tmp / "spool") + "/", config_file=str(bundle / "config.json"),
-            job_id=job_id, user_id=os.getuid() if user_id is None else user_id,
-            group_id=os.getgid(),
-            env={"SLURM_TASKS_PER_NODE": tasks, "PATH": f"{self.bin}:{os.environ['PATH']}"},
-            remote_argv=lambda cmd: ["/bin/sh", "-c", cmd])
+            cid,
+            HookPaths(bundle=str(bundle), orig_bundle=str(bundle), root_path=str(rootfs),
+                      orig_root_path=str(rootfs), spool_dir=str(self.tmp / "spool") + "/",
+                      config_file=str(bundle / "config.json")),
+            HookJob(job_id=job_id, user_id=os.getuid() if user_id is None else user_id,
+                    group_id=os.getgid(),
+                    env={"SLURM_TASKS_PER_NODE": tasks,
+                         "PATH": f"{self.bin}:{os.environ['PATH']}"},
+                    remote_argv=lambda cmd: ["/bin/sh", "-c", cmd]))
 
     def stage_in(self, cid: str, rootfs: Path | None = None, cmd: str = "true",
                  **kwargs: Any) -> tuple[HookContext, list[str]]:
@@ -356,10 +359,9 @@ class TestCache:
         def one(n: int) -> subprocess.CompletedProcess[str]:
             bundle = stage.bundle(f"p{n}", stage.image)
             ctx = stage.ctx(f"p{n}", bundle, stage.image)
-            args = {"script": str(stage.script), "ctx": {
-                k: getattr(ctx, k) for k in (
-                    "container_id", "bundle", "orig_bundle", "root_path", "orig_root_path",
-                    "spool_dir", "config_file", "job_id", "user_id", "group_id", "env")}}
+            args = {"script": str(stage.script), "id": ctx.container_id,
+                    "paths": [getattr(ctx, k) for k in HookPaths._fields],
+                    "job": [ctx.job_id, ctx.user_id, ctx.group_id, ctx.env]}
             return subprocess.run([sys.executable, "-c", DRIVER, json.dumps(args)],
                                   capture_output=True, text=True, timeout=120, check=False)
         with ThreadPoolExecutor(6) as pool:
