@@ -285,17 +285,19 @@ class LuaHooks:
         return self._ctx
 
     def _set_bundle_path(self, path: object) -> str:
-        ctx = self._active()
-        previous, ctx.bundle = ctx.bundle, _check_path(path)
-        self._logger().debug("lua changed bundle path", script=str(self.script),
-                             previous=previous, bundle=ctx.bundle)
-        return previous
+        return self._set_path("bundle", "bundle path", path)
 
     def _set_root_path(self, path: object) -> str:
+        return self._set_path("root_path", "root path", path)
+
+    def _set_path(self, attr: str, what: str, path: object) -> str:
+        """slurm.set_bundle_path/set_root_path: the context's `attr` becomes `path`; returns
+        the previous value."""
         ctx = self._active()
-        previous, ctx.root_path = ctx.root_path, _check_path(path)
-        self._logger().debug("lua changed root path", script=str(self.script),
-                             previous=previous, root_path=ctx.root_path)
+        previous: str = getattr(ctx, attr)
+        setattr(ctx, attr, _check_path(path))
+        self._logger().debug(f"lua changed {what}", script=str(self.script),
+                             previous=previous, **{attr: getattr(ctx, attr)})
         return previous
 
     def _allocator_command(self, cmd: str) -> tuple[int, bytes]:

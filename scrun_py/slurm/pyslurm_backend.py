@@ -50,6 +50,9 @@ class PyslurmSlurm:
                    error=str(exc))
 
     # ---- on the client commands: salloc and srun -------------------------------------------
+    # One line each, the CLI backend's method of the same name: the job is held by
+    # salloc and the step run by srun whichever backend answers the queries, so these
+    # repeat CliSlurm's signatures (a copy by shape only; the contract tests run both).
     def allocate(self, req: AllocRequest, cancel: Cancel) -> Allocation:
         return self.cli.allocate(req, cancel)
 
