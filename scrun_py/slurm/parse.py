@@ -105,7 +105,9 @@ def signal_marks(text: str, mark: str) -> set[str]:
 
 
 def max_tasks_per_node(tasks_per_node: str) -> int:
-    """SLURM_TASKS_PER_NODE ("2(x3),1") -> the largest count (1 if unknown)."""
+    """SLURM_TASKS_PER_NODE ("2(x3),1") -> the largest count (1 if unknown).  The one
+    other reader of this format, oci/taskenv.py's strict expand_counts, stands alone
+    (nodes run it without scrun-py installed), so it cannot be this one."""
     best = 1
     for part in tasks_per_node.split(","):
         head = part.split("(", 1)[0].strip()
