@@ -39,10 +39,13 @@ NO_REASON = ("", "None")
 
 def _rootfs_problem(bundle: str, release: str) -> str:
     """oci/bundle.py bundle_rootfs_problem, imported only on a Slurm that needs it (the
-    backend calls this only there)."""
+    backend calls this only there).  It reads config.json again, at `start`: scrun.lua's
+    stage_in may have moved the bundle (set_bundle_path) or rewritten its config since
+    `create` read it."""
     from scrun_py.oci.bundle import bundle_rootfs_problem
 
     return bundle_rootfs_problem(bundle, release)
+
 
 class Job:
     def __init__(self, container: Container, backend: SlurmBackend, job_opts: JobOptions,
