@@ -15,7 +15,7 @@ signal N.  srun signals every process of the step: a USR1/USR2 reaches the proce
 ends the node's runtime too (status 128+N); TERM, INT and HUP end the step.  The
 supervisor's pid is what --pid-file holds.
 
-The step runs on the node of the container's task 0 (the job's first node), or on the
+The step runs on the node of the container's task 0 (its step's first node), or on the
 node the process's environment names in SCRUN_EXEC_NODE, else the container's
 annotation org.scrun-py.exec.node (config.json's at create): one of the nodes of the
 container's step, whose local task 0 is the container there (`%t` = 0, `%n` the node).
@@ -171,18 +171,12 @@ def exec_node(env: list[str], annotations: dict[str, str]) -> tuple[str, str] | 
 
 def check_node(target: NodeTarget, node: str, source: str) -> None:
     """`node` must be one of the nodes of the container's step (squeue's list)."""
-    from scrun_py.oci.taskenv import LayoutError, expand_hostlist
-    from scrun_py.slurm.node_step import step_nodelist
-
     job = target.record.job_id
-    text = step_nodelist(job, target.runtime.step_id, target.env())
-    if text is None:
+    found = target.step_nodes()
+    if found is None:
         raise ScrunError(f"exec: cannot tell the nodes of job {job}'s container step "
                          f"(squeue did not say) to check node {node!r} ({source})")
-    try:
-        nodes = expand_hostlist(text)
-    except LayoutError:
-        nodes = []
+    text, nodes = found
     if node not in nodes:
         raise ScrunError(f"exec: node {node!r} ({source}) is not one of the container's "
                          f"nodes (job {job}: {text})")

@@ -76,14 +76,32 @@ class NodeTarget:
             raise ScrunError(f"{self.verb}: cannot derive the node's runtime command from "
                              f"oci.conf's RunTimeKill: {exc}") from None
 
+    def step_nodes(self) -> tuple[str, list[str]] | None:
+        """The nodes of the container's step: squeue's host list and its names, in
+        order (the first is task 0's); None when squeue does not say."""
+        from scrun_py.oci.taskenv import LayoutError, expand_hostlist
+        from scrun_py.slurm.node_step import step_nodelist
+
+        text = step_nodelist(self.record.job_id, self.runtime.step_id, self.env())
+        if text is None:
+            return None
+        try:
+            return text, expand_hostlist(text)
+        except LayoutError:
+            return text, []
+
     def step_argv(self, command: str, *, pty: bool = False,
                   nodelist: str | None = None) -> list[str]:
-        """srun's argv (on `nodelist`, default task 0's node); as root of a user
-        namespace (rootless podman) behind the anchor's `unshare` prefix, so that Slurm
-        sees the real uid."""
+        """srun's argv on `nodelist`, by default the first node of the container's step,
+        where its task 0 runs (`--relative=0` when squeue does not say: on 24.11 srun
+        did not always honour it); as root of a user namespace (rootless podman) behind
+        the anchor's `unshare` prefix, so that Slurm sees the real uid."""
         from scrun_py.anchor.launch import userns_prefix
         from scrun_py.slurm.node_step import step_argv
 
+        if nodelist is None:
+            found = self.step_nodes()
+            nodelist = found[1][0] if found and found[1] else None
         return [*userns_prefix(), *step_argv(
             self.record.job_id, command, srun=[self.srun_path, *self.srun_args],
             name=f"scrun-{self.verb}", pty=pty, nodelist=nodelist)]

@@ -211,18 +211,25 @@ class TestNodeChoice:
         is none; None is task 0's node."""
         assert chosen == exec_verb.exec_node(env, annotations)
 
+    @pytest.mark.parametrize(("answer", "where"), [
+        ("echo 'n[2-4]'", "--nodelist=n2"),  # the step's first node, task 0's
+        ("exit 1", "--relative=0"),  # squeue does not say: the job's first node
+        ("echo 'n[x'", "--relative=0"),
+    ])
     def test_task_0_node_by_default(self, world: World, tmp_path: Path,
-                                    monkeypatch: pytest.MonkeyPatch) -> None:
-        """No node named: no --nodelist (srun's first node of the job, task 0's) and no
-        squeue asked."""
-        calls = squeue(world, "echo n1")
+                                    monkeypatch: pytest.MonkeyPatch, answer: str,
+                                    where: str) -> None:
+        """No node named: the first node of the container's step, as squeue gives it
+        (srun's --relative=0 alone did not always pick it on 24.11); --relative=0 when
+        squeue does not say."""
+        calls = squeue(world, answer)
         world.container()
         monkeypatch.setenv("SCRUN_TEST_AFTER", "exit 0")
         assert 0 == run(["--root", str(world.root), "exec", "-p", process_json(tmp_path),
                          "c1"])
         argv = world.argv()
-        assert ["--relative=0"] == [a for a in argv if a.startswith(("--nodelist", "--rel"))]
-        assert not calls.exists()
+        assert [where] == [a for a in argv if a.startswith(("--nodelist", "--rel"))]
+        assert "--steps=42.3" in calls.read_text().split()
 
     @pytest.mark.parametrize(("env", "annotations"), [
         (["PATH=/bin", "SCRUN_EXEC_NODE=n3"], {}),
