@@ -3,10 +3,17 @@
 For a task that exits non-zero, srun prints `srun: error: NODE: task 0: Exited with
 exit code N` on its stderr, which is the container's stderr: runc prints nothing
 there, and `docker run`/`podman run` users would see a line their program never
-wrote.  The filter drops exactly that line and passes every other byte through (text
-without a newline, such as a prompt, is not held back unless it could be the start of
-srun's line).  It also notes srun's "Unable to create step" line, which it passes on:
-the anchor launches such a step again when slurmctld did not answer.  Pure.
+wrote.  The filter drops exactly that report and passes every other byte through.
+
+srun's report is its own write, but the pipe may hand it over in one read with the
+container's last bytes.  When the container's last line has no newline (`printf tail
+>&2; exit 3`), the report follows that text on the same line.  So a report is dropped
+when it starts a line, or when it ends the stream; a line that merely ends like a
+report and is followed by more output is the container's own, and passes.  Text
+without a newline, such as a prompt, is not held back unless it could be the start
+of srun's report.  The filter also notes srun's "Unable to create step" line, which
+it passes on: the anchor launches such a step again when slurmctld did not answer.
+Pure: the result does not depend on how the bytes are split into reads.
 """
 
 from __future__ import annotations
@@ -15,43 +22,65 @@ import re
 
 from scrun_py.slurm.parse import step_launch_failure, transient_launch_failure
 
-_SRUN_EXIT = re.compile(rb"srun: error: [^\s:]+: tasks? [0-9,\-]+: Exited with exit code \d+\r?\n")
+_SRUN_EXIT = re.compile(
+    rb"srun: error: [^\s:]+: tasks? [0-9,\-]+: Exited with exit code \d+\r?\n\Z")
 _PREFIX = b"srun: error: "
 _MAX_LINE = 512  # srun's line is far shorter; longer text is never held back
+
+
+def _hold_from(rest: bytes) -> int:
+    """Where in `rest` (no newline) a report of srun's could begin; len(rest) if nowhere."""
+    found = rest.find(_PREFIX)
+    if found >= 0:
+        return found if len(rest) - found < _MAX_LINE else len(rest)
+    for size in range(min(len(_PREFIX) - 1, len(rest)), 0, -1):
+        if rest.endswith(_PREFIX[:size]):
+            return len(rest) - size
+    return len(rest)
 
 
 class LineFilter:
     """Pure: feed bytes, get the bytes to pass on."""
 
     def __init__(self) -> None:
-        self._held = b""
+        self._held = b""      # may still become srun's report
+        self._bol = True      # _held (or the next byte) starts a line
+        self._pending = b""   # a report after unterminated text: dropped only at the end
         # srun's "Unable to create step for job N: REASON" (passed on): the step never ran
         self.launch_failure: str | None = None
 
     def feed(self, data: bytes) -> bytes:
-        buf = self._held + data
-        self._held = b""
-        out: list[bytes] = []
+        if not data:
+            return b""
+        out = [self._pending]
+        self._pending = b""
+        buf, bol, self._held = self._held + data, self._bol, b""
         start = 0
-        while True:
-            nl = buf.find(b"\n", start)
-            if nl < 0:
-                break
-            line = buf[start:nl + 1]
-            if not _SRUN_EXIT.fullmatch(line):
-                out.append(line)
-                if line.startswith(_PREFIX):
-                    self.launch_failure = step_launch_failure(line) or self.launch_failure
+        while (nl := buf.find(b"\n", start)) >= 0:
+            out.append(self._line(buf[start:nl + 1], bol or start > 0, nl + 1 == len(buf)))
             start = nl + 1
         rest = buf[start:]
-        if rest and len(rest) < _MAX_LINE and (_PREFIX.startswith(rest[:len(_PREFIX)])):
-            self._held = rest  # may still become srun's line
-        else:
-            out.append(rest)
+        hold = _hold_from(rest)
+        out.append(rest[:hold])
+        self._held = rest[hold:]
+        self._bol = hold == 0 and (bol or start > 0)
         return b"".join(out)
 
+    def _line(self, line: bytes, at_line_start: bool, last: bool) -> bytes:
+        match = _SRUN_EXIT.search(line)
+        if match is None:
+            if line.startswith(_PREFIX):
+                self.launch_failure = step_launch_failure(line) or self.launch_failure
+            return line
+        if match.start() == 0 and at_line_start:
+            return b""
+        if last:
+            self._pending = line[match.start():]
+            return line[:match.start()]
+        return line
+
     def finish(self) -> bytes:
-        held, self._held = self._held, b""
+        held, self._held, self._pending, self._bol = self._held, b"", b"", True
         return held
 
     @property

@@ -26,8 +26,23 @@ class TestLineFilter:
     def test_other_srun_lines_pass(self) -> None:
         text = (b"srun: error: vm: task 0: Killed\n"
                 b"srun: error: Unable to create step for job 5: Invalid\n"
-                b"note: srun: error: vm: task 0: Exited with exit code 3\n")
+                b"note: srun: error: vm: task 0: Exited with exit code 3\n"
+                b"more\n")
         assert text == _through(text)
+
+    @pytest.mark.parametrize("cut", range(0, 70))
+    def test_report_after_unterminated_text_is_dropped_however_it_is_read(
+            self, cut: int) -> None:
+        stream = b"err\ntail" + SRUN_LINE
+        assert b"err\ntail" == _through(stream[:cut], stream[cut:])
+
+    def test_report_after_unterminated_text_passes_when_more_follows(self) -> None:
+        stream = b"tail" + SRUN_LINE + b"more\n"
+        for cut in range(len(stream) + 1):
+            assert stream == _through(stream[:cut], stream[cut:])
+
+    def test_report_at_a_line_start_is_dropped_even_when_more_follows(self) -> None:
+        assert b"a\nb\n" == _through(b"a\n" + SRUN_LINE + b"b\n")
 
     def test_line_split_across_chunks_is_still_dropped(self) -> None:
         assert b"a\n" == _through(b"a\nsrun: err", b"or: vm: tasks 0-1: Exited ",
