@@ -29,10 +29,11 @@ _MAX_LINE = 512  # srun's line is far shorter; longer text is never held back
 
 
 def _hold_from(rest: bytes) -> int:
-    """Where in `rest` (no newline) a report of srun's could begin; len(rest) if nowhere."""
-    found = rest.find(_PREFIX)
-    if found >= 0:
-        return found if len(rest) - found < _MAX_LINE else len(rest)
+    """Where in `rest` (no newline) a report of srun's could begin; len(rest) if nowhere.
+    A report holds the prefix once, at its start: only the last prefix can begin one."""
+    found = rest.rfind(_PREFIX)
+    if found >= 0 and len(rest) - found < _MAX_LINE:
+        return found
     for size in range(min(len(_PREFIX) - 1, len(rest)), 0, -1):
         if rest.endswith(_PREFIX[:size]):
             return len(rest) - size

@@ -41,6 +41,11 @@ class TestLineFilter:
         for cut in range(len(stream) + 1):
             assert stream == _through(stream[:cut], stream[cut:])
 
+    def test_report_after_a_long_unterminated_prefix_text_is_dropped(self) -> None:
+        stream = b"srun: error: " + b"y" * 600 + SRUN_LINE
+        cut = len(stream) - 20  # inside the report
+        assert stream[:-len(SRUN_LINE)] == _through(stream[:cut], stream[cut:])
+
     def test_report_at_a_line_start_is_dropped_even_when_more_follows(self) -> None:
         assert b"a\nb\n" == _through(b"a\n" + SRUN_LINE + b"b\n")
 
