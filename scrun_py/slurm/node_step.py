@@ -53,11 +53,27 @@ def ps_script(runtime: NodeRuntime) -> str:
                              state=runtime.command(["state"]))
 
 
+#: how long `exec` waits on the node for the container to exist there (tenths of a s)
+EXEC_WAIT_TENTHS = 100
+
+# Run on the node by `exec`: `start` returns once the container's step has been
+# launched, and the runtime creates the container on each node a moment later (tens of
+# ms, more on a busy node).  An exec right after start (`docker run -d` and then `docker
+# exec`) would find no container there and fail with the runtime's "No such file":
+# it waits until the runtime knows the container (for at most EXEC_WAIT_TENTHS), then
+# the runtime's exec replaces the shell.
+_EXEC_SCRIPT = """n=0
+until {state} >/dev/null 2>&1 || [ $n -ge {tenths} ]; do sleep 0.1; n=$((n+1)); done
+exec {exec}"""
+
+
 def exec_command(runtime: NodeRuntime, words: Sequence[str], args: Sequence[str]) -> str:
-    """`<runtime> exec <words> <id> <args>`: `words` shell-quoted with `%` doubled."""
+    """`<runtime> exec <words> <id> <args>` once `<runtime> state <id>` answers (see
+    _EXEC_SCRIPT): `words` shell-quoted with `%` doubled."""
     import shlex
 
-    return runtime.command(words) + " " + shlex.join(args)
+    return _EXEC_SCRIPT.format(state=runtime.command(["state"]), tenths=EXEC_WAIT_TENTHS,
+                               exec=runtime.command(words) + " " + shlex.join(args))
 
 
 def step_argv(job_id: int, command: str, *, srun: Sequence[str], name: str,

@@ -48,8 +48,12 @@ class TestStep:
         argv = world.argv()
         assert ["--jobid=42", "--job-name=scrun-exec", "--overlap", "--quiet", "--nodes=1",
                 "--ntasks=1", "--relative=0", "--", "/bin/sh", "-c"] == argv[:-1]
-        assert ('crun --rootless=true --root=/tmp/ocistate-"$(id -un)" exec --env=PATH=/bin '
-                '--env=A=1 --cwd=/ "${SLURMD_NODENAME}"."$(id -un)".42.3.0 sh -c '
+        cid = '"${SLURMD_NODENAME}"."$(id -un)".42.3.0'
+        crun = 'crun --rootless=true --root=/tmp/ocistate-"$(id -un)"'
+        assert ("n=0\n"
+                f"until {crun} state {cid} >/dev/null 2>&1 || [ $n -ge 100 ]; do sleep 0.1; "
+                "n=$((n+1)); done\n"
+                f"exec {crun} exec --env=PATH=/bin --env=A=1 --cwd=/ {cid} sh -c "
                 "'echo 100%'") == argv[-1]
 
     @pytest.mark.parametrize(("after", "code"), [("exit 0", 0), ("exit 7", 7),
@@ -159,8 +163,8 @@ class TestSiteRuntime:
         monkeypatch.setenv("SCRUN_TEST_AFTER", "exit 0")
         assert 0 == run(["--root", str(world.root), "exec", "-p", process_json(tmp_path),
                          "c1"])
-        assert world.argv()[-1].startswith(
-            '/opt/crun --root=/r/"$(id -u)" exec --env=PATH=/bin --env=A=1 --cwd=/ '
+        assert world.argv()[-1].splitlines()[-1] == (
+            'exec /opt/crun --root=/r/"$(id -u)" exec --env=PATH=/bin --env=A=1 --cwd=/ '
             '"${SLURMD_NODENAME}"."$(id -un)".42.3.0 echo hi')
 
     @pytest.mark.parametrize("text", ['[exec]\nruntime = ""\n', "[exec]\nruntime = 3\n",
@@ -288,3 +292,52 @@ class TestNodeChoice:
         assert (f"scrun-py: exec: node 'n2' (the container's annotation {NODE_KEY}) is not "
                 "one of the container's nodes (job 42: n1)\n") == capsys.readouterr().err
         assert not world.calls.exists()
+
+
+class TestNodeScript:
+    """What the helper step runs on the node: the runtime's exec, once the runtime knows
+    the container there (start returns before the runtime has created it on every
+    node: an exec right after start must not fail for that)."""
+
+    @staticmethod
+    def node_run(tmp_path: Path, appear_after: str) -> tuple[int, str, float]:
+        import subprocess
+
+        from scrun_py.slurm.node_step import NodeRuntime, exec_command
+
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        (bin_dir / "crun").write_text(
+            "#!/bin/sh\n"
+            '[ -e "$MARK" ] || { echo "error opening file: No such file" >&2; exit 1; }\n'
+            'case "$1" in exec) shift; echo "exec $*" ;; esac\n')
+        (bin_dir / "crun").chmod(0o755)
+        mark = tmp_path / "created"
+        command = exec_command(NodeRuntime("crun kill %n.%u.%j.%s.%t", job_id=42, step_id=3),
+                               ["exec", "--cwd=/"], ["hostname"])
+        env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "MARK": str(mark),
+               "SLURMD_NODENAME": "n1"}
+        started = time.monotonic()
+        proc = subprocess.Popen(["/bin/sh", "-c", command], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        if appear_after:
+            time.sleep(float(appear_after))
+            mark.touch()
+        out, _ = proc.communicate(timeout=30)
+        return proc.returncode, out, time.monotonic() - started
+
+    def test_waits_for_the_container(self, tmp_path: Path) -> None:
+        rc, out, took = self.node_run(tmp_path, "0.4")
+        user = __import__("pwd").getpwuid(os.getuid()).pw_name
+        assert (0, f"exec --cwd=/ n1.{user}.42.3.0 hostname\n") == (rc, out)
+        assert took >= 0.4
+
+    def test_the_wait_is_bounded(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A container the runtime never knows there: the runtime's exec runs after the
+        bound and says why it fails."""
+        from scrun_py.slurm import node_step
+
+        monkeypatch.setattr(node_step, "EXEC_WAIT_TENTHS", 3)
+        rc, out, took = self.node_run(tmp_path, "")
+        assert (1, "error opening file: No such file\n") == (rc, out)
+        assert 0.25 <= took < 10
