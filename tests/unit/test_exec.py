@@ -327,8 +327,10 @@ class TestNodeScript:
         return proc.returncode, out, time.monotonic() - started
 
     def test_waits_for_the_container(self, tmp_path: Path) -> None:
+        import pwd
+
         rc, out, took = self.node_run(tmp_path, "0.4")
-        user = __import__("pwd").getpwuid(os.getuid()).pw_name
+        user = pwd.getpwuid(os.getuid()).pw_name
         assert (0, f"exec --cwd=/ n1.{user}.42.3.0 hostname\n") == (rc, out)
         assert took >= 0.4
 
