@@ -12,11 +12,26 @@ from scrun_py.slurm import argv as slurm_argv
 #: waiting for squeue, and for `ps`'s step
 QUERY_TIMEOUT_S = 60.0
 
-# Run on the node by `ps`.  A rootless runtime without a cgroup of its own cannot list
-# the container's processes (crun: `the container is not using cgroups`): then the init
-# process (`state`'s pid) and its descendants (/proc/PID/task/*/children), as a JSON
-# array like `ps --format json` prints.
-_PS_SCRIPT = """{ps} 2>/dev/null && exit 0
+#: how long `ps` and `exec` wait on the node for the container to exist there (tenths
+#: of a second)
+NODE_WAIT_TENTHS = 100
+
+# What `ps` and `exec` run on the node first: `start` returns once the container's step
+# has been launched, and the runtime creates the container on each node a moment later
+# (tens of ms, more on a busy node).  A `ps` or `exec` right after start (`docker run -d`
+# and then `docker top` or `docker exec`) would find no container there and fail with
+# the runtime's "No such file": the script waits until the runtime knows the container,
+# for at most NODE_WAIT_TENTHS.  A container that has already exited there costs that
+# wait before the runtime says so.
+_WAIT_FOR_CONTAINER = """n=0
+until {state} >/dev/null 2>&1 || [ $n -ge {tenths} ]; do sleep 0.1; n=$((n+1)); done
+"""
+
+# Run on the node by `ps`, after the wait.  A rootless runtime without a cgroup of its
+# own cannot list the container's processes (crun: `the container is not using
+# cgroups`): then the init process (`state`'s pid) and its descendants
+# (/proc/PID/task/*/children), as a JSON array like `ps --format json` prints.
+_PS_SCRIPT = _WAIT_FOR_CONTAINER + """{ps} 2>/dev/null && exit 0
 pid=$({state} | sed -n 's/^.*"pid": *\\([0-9][0-9]*\\).*$/\\1/p' | head -n 1)
 [ -n "$pid" ] && [ "$pid" != 0 ] || exit 1
 all=$pid; new=$pid
@@ -50,29 +65,19 @@ class NodeRuntime:
 
 def ps_script(runtime: NodeRuntime) -> str:
     return _PS_SCRIPT.format(ps=runtime.command(["ps", "--format", "json"]),
-                             state=runtime.command(["state"]))
+                             state=runtime.command(["state"]), tenths=NODE_WAIT_TENTHS)
 
 
-#: how long `exec` waits on the node for the container to exist there (tenths of a s)
-EXEC_WAIT_TENTHS = 100
-
-# Run on the node by `exec`: `start` returns once the container's step has been
-# launched, and the runtime creates the container on each node a moment later (tens of
-# ms, more on a busy node).  An exec right after start (`docker run -d` and then `docker
-# exec`) would find no container there and fail with the runtime's "No such file":
-# it waits until the runtime knows the container (for at most EXEC_WAIT_TENTHS), then
-# the runtime's exec replaces the shell.
-_EXEC_SCRIPT = """n=0
-until {state} >/dev/null 2>&1 || [ $n -ge {tenths} ]; do sleep 0.1; n=$((n+1)); done
-exec {exec}"""
+# Run on the node by `exec`, after the wait: the runtime's exec replaces the shell.
+_EXEC_SCRIPT = _WAIT_FOR_CONTAINER + "exec {exec}"
 
 
 def exec_command(runtime: NodeRuntime, words: Sequence[str], args: Sequence[str]) -> str:
     """`<runtime> exec <words> <id> <args>` once `<runtime> state <id>` answers (see
-    _EXEC_SCRIPT): `words` shell-quoted with `%` doubled."""
+    _WAIT_FOR_CONTAINER): `words` shell-quoted with `%` doubled."""
     import shlex
 
-    return _EXEC_SCRIPT.format(state=runtime.command(["state"]), tenths=EXEC_WAIT_TENTHS,
+    return _EXEC_SCRIPT.format(state=runtime.command(["state"]), tenths=NODE_WAIT_TENTHS,
                                exec=runtime.command(words) + " " + shlex.join(args))
 
 

@@ -74,3 +74,18 @@ class TestPs:
         res = env.run("ps", "pa")
         assert 1 == res.returncode and "does not exist" in res.stderr
         assert [] == leftovers(env, "pa", [job])
+
+    def test_right_after_start(self, env: Env) -> None:
+        """ps at once after start (`docker run -d`, then `docker top`): the runtime may
+        not have created the container on the node yet, and ps waits until it has."""
+        created = env.create("pb", env.bundle(["sleep", "60"], name="pb"))
+        assert 0 == created.rc, created.stderr()
+        job = created.job_id()
+        try:
+            assert 0 == env.run("start", "pb").returncode
+            res = env.run("ps", "--format", "json", "pb")
+            assert (0, "") == (res.returncode, res.stderr), res.stderr
+            assert json.loads(res.stdout)
+        finally:
+            env.run("delete", "--force", "pb")
+        assert [] == leftovers(env, "pb", [job])

@@ -81,7 +81,7 @@ class TestPs:
             'crun --rootless=true --root=/tmp/ocistate-"$(id -un)" ps --format json '
             '"${SLURMD_NODENAME}"."$(id -un)".42.3.0',
             state='crun --rootless=true --root=/tmp/ocistate-"$(id -un)" state '
-            '"${SLURMD_NODENAME}"."$(id -un)".42.3.0')
+            '"${SLURMD_NODENAME}"."$(id -un)".42.3.0', tenths=node_step.NODE_WAIT_TENTHS)
         assert str(world.slurm_conf) + "\n" == Path(f"{world.calls}.conf").read_text()
 
     def test_table(self, world: World, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,0 +1,110 @@
+"""What `ps` and `exec` run on the node, run here against a stand-in runtime: both wait
+until the runtime knows the container there (`start` returns before the runtime has
+created it on every node: a `ps` or `exec` right after start must not fail for that),
+and the wait is bounded."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from scrun_py.slurm import node_step
+from scrun_py.slurm.node_step import NodeRuntime, exec_command, ps_script
+
+# a crun that knows the container once $MARK exists: `exec` and `ps` print what they
+# were asked, `state` a document with the init pid ($INIT_PID, default 7)
+STAND_IN_CRUN = """#!/bin/sh
+[ -e "$MARK" ] || { echo "error opening file: No such file" >&2; exit 1; }
+case "$1" in
+  exec) shift; echo "exec $*" ;;
+  ps) echo "[7,8]" ;;
+  state) echo "{\\"id\\": \\"x\\", \\"pid\\": ${INIT_PID:-7}, \\"status\\": \\"running\\"}" ;;
+esac
+"""
+
+RUNTIME = NodeRuntime("crun kill %n.%u.%j.%s.%t", job_id=42, step_id=3)
+
+
+def node_run(tmp_path: Path, command: str, appear_after: float | None,
+             crun: str = STAND_IN_CRUN) -> tuple[int, str, float]:
+    """`command` as the node's /bin/sh runs it; the container appears after
+    `appear_after` seconds (None: never).  Exit status, output, seconds taken."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "crun").write_text(crun)
+    (bin_dir / "crun").chmod(0o755)
+    mark = tmp_path / "created"
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "MARK": str(mark),
+           "SLURMD_NODENAME": "n1"}
+    started = time.monotonic()
+    proc = subprocess.Popen(["/bin/sh", "-c", command], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    if appear_after is not None:
+        time.sleep(appear_after)
+        mark.touch()
+    out, _ = proc.communicate(timeout=30)
+    return proc.returncode, out, time.monotonic() - started
+
+
+def node_id() -> str:
+    return f"n1.{pwd.getpwuid(os.getuid()).pw_name}.42.3.0"
+
+
+class TestExec:
+    def test_waits_for_the_container(self, tmp_path: Path) -> None:
+        command = exec_command(RUNTIME, ["exec", "--cwd=/"], ["hostname"])
+        rc, out, took = node_run(tmp_path, command, 0.4)
+        assert (0, f"exec --cwd=/ {node_id()} hostname\n") == (rc, out)
+        assert took >= 0.4
+
+    def test_the_wait_is_bounded(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A container the runtime never knows there: the runtime's exec runs after the
+        bound and says why it fails."""
+        monkeypatch.setattr(node_step, "NODE_WAIT_TENTHS", 3)
+        command = exec_command(RUNTIME, ["exec", "--cwd=/"], ["hostname"])
+        rc, out, took = node_run(tmp_path, command, None)
+        assert (1, "error opening file: No such file\n") == (rc, out)
+        assert 0.25 <= took < 10
+
+
+class TestPs:
+    def test_waits_for_the_container(self, tmp_path: Path) -> None:
+        rc, out, took = node_run(tmp_path, ps_script(RUNTIME), 0.4)
+        assert (0, "[7,8]\n") == (rc, out)
+        assert took >= 0.4
+
+    def test_the_wait_is_bounded(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A container the runtime never knows there: after the bound, neither the
+        runtime's ps nor its state answers, and the script fails with the runtime's
+        words."""
+        monkeypatch.setattr(node_step, "NODE_WAIT_TENTHS", 3)
+        rc, out, took = node_run(tmp_path, ps_script(RUNTIME), None)
+        assert (1, "error opening file: No such file\n") == (rc, out)
+        assert 0.25 <= took < 10
+
+    def test_without_a_cgroup_the_init_process_and_its_children(self, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch,
+                                                                 ) -> None:
+        """The runtime's ps fails (rootless, no cgroup of its own): state's pid and its
+        descendants from /proc."""
+        init = subprocess.Popen(["/bin/sh", "-c", "sleep 30 & wait"])
+        try:
+            deadline = time.monotonic() + 10
+            children = ""
+            while not children and time.monotonic() < deadline:
+                children = Path(f"/proc/{init.pid}/task/{init.pid}/children").read_text().strip()
+                time.sleep(0.01)
+            assert children
+            monkeypatch.setenv("INIT_PID", str(init.pid))
+            crun = STAND_IN_CRUN.replace('ps) echo "[7,8]" ;;', "ps) exit 1 ;;")
+            rc, out, _ = node_run(tmp_path, ps_script(RUNTIME), 0.0, crun)
+        finally:
+            subprocess.run(["pkill", "-P", str(init.pid)], check=False)
+            init.kill()
+            init.wait()
+        assert (0, f"[{init.pid},{children}]\n") == (rc, out)
