@@ -89,3 +89,34 @@ def test_protocol_is_a_plain_base() -> None:
             return b""
 
     assert Reader.__mro__ == (Reader, records.Protocol, object)
+
+
+@pytest.mark.parametrize("base", BASES, ids=["typing", "records"])
+class TestCalls:
+    """Construction, _make and _replace fail as typing's records do."""
+
+    def test_by_keyword_and_position(self, base: type) -> None:
+        point = _make(base)
+        assert point(1, 2, ["a"]) == point(tags=["a"], y=2, x=1) == point(1, tags=["a"], y=2)
+        assert point(1, 2) == point._make([1, 2, []])  # type: ignore[attr-defined]
+
+    @pytest.mark.parametrize("args, kwargs", [
+        ((1, 2, [], 4), {}), ((1,), {"x": 1}), ((1,), {"z": 1}), ((), {"y": 1})])
+    def test_bad_calls(self, base: type, args: tuple[object, ...],
+                       kwargs: dict[str, object]) -> None:
+        with pytest.raises(TypeError):
+            _make(base)(*args, **kwargs)
+
+    def test_make_counts(self, base: type) -> None:
+        with pytest.raises(TypeError):
+            _make(base)._make([1])  # type: ignore[attr-defined]
+
+    def test_replace_unknown_field(self, base: type) -> None:
+        with pytest.raises(ValueError, match="unexpected field names"):
+            _make(base)(1)._replace(z=1)
+
+    def test_match_and_no_instance_dict(self, base: type) -> None:
+        point = _make(base)
+        assert ("x", "y", "tags") == point.__match_args__
+        with pytest.raises(AttributeError):
+            point(1).other = 2
