@@ -34,7 +34,9 @@ The rules
    every anchor.  The block also holds the other imports only annotations use (pathlib's
    Path, `_socket`, the modules of other layers).  `NamedTuple` and `Protocol` come from
    base/records.py: typing's NamedTuple compiles every field's annotation into a
-   ForwardRef (1.4 ms for the anchor spec's five records alone).
+   ForwardRef (1.4 ms for the anchor spec's five records alone), and
+   collections.namedtuple compiles a `__new__` from source for every record (120 µs
+   each, 2.8 ms of the anchor's imports); a record there shares one `__new__`.
 2. **A costly module is imported inside the function that needs it**, where a hot path
    does not reach that function, or replaced where it does.  The measured costs
    (`python -X importtime`, Python 3.11, docs/performance.md):
