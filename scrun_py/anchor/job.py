@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import threading
 import time
 from collections.abc import Callable
@@ -17,6 +16,7 @@ from scrun_py.anchor.container import Container
 from scrun_py.anchor.table import FATAL_BY_DEFAULT
 from scrun_py.base import procs, threads
 from scrun_py.base.errors import AllocationFailed, ScrunError, SlurmError
+from scrun_py.base.signames import SIGKILL
 from scrun_py.base.threads import Cancel
 from scrun_py.container import spool
 from scrun_py.slurm.backend import Allocation, AllocRequest, SlurmBackend, Step, StepRequest
@@ -25,7 +25,6 @@ from scrun_py.slurm.options import JobOptions
 RELEASE_TIMEOUT_S = 60.0
 STEP_RETRY_S = 60.0  # slurmctld restarting while srun creates the step
 STEP_RETRY_PAUSE_S = 1.0
-SIGKILL = int(signal.SIGKILL)
 PENDING = "PENDING"
 # a queued job's reason is asked again this often while it waits (it changes: Priority,
 # then Resources); each time is one squeue

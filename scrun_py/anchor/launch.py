@@ -91,7 +91,7 @@ class EarlyAnchor:
 
     def abandon(self) -> None:
         """create failed before the spec was sent: end the child, which did nothing."""
-        import signal
+        from scrun_py.base.signames import SIGKILL
 
         for fd in (self._spec_write, self._ready_read):
             if fd >= 0:
@@ -101,7 +101,7 @@ class EarlyAnchor:
                     pass
         self._spec_write = self._ready_read = -1
         try:
-            os.kill(self.pid, signal.SIGKILL)
+            os.kill(self.pid, SIGKILL)
         except OSError:
             pass
         try:

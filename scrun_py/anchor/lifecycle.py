@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
-import signal
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from scrun_py.anchor.table import TABLE, Action, Event, Phase, Transition, kill_
 from scrun_py.base import procs, threads
 from scrun_py.base.errors import CannotStart, ContainerNotRunning, ContainerStillRunning, ScrunError
 from scrun_py.base.records import NamedTuple
+from scrun_py.base.signames import SIGKILL, SIGTERM
 from scrun_py.base.threads import Cancel, Cancelled
 from scrun_py.container import spool
 from scrun_py.container.status import Status
@@ -43,7 +43,6 @@ TIME_LIMIT_GRACE_S = 5.0
 # minute): a container that has ended by then never runs squeue for it, and the query
 # stays out of the way of the step's launch
 JOB_INFO_DELAY_S = 5.0
-SIGKILL, SIGTERM = int(signal.SIGKILL), int(signal.SIGTERM)
 
 
 class Occurrence(NamedTuple):

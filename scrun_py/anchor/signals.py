@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-import signal
-from types import FrameType
-
 from scrun_py.anchor.lifecycle import Lifecycle, Occurrence
 from scrun_py.anchor.table import Event
+from scrun_py.base import signames
+from scrun_py.base.signames import SIGHUP, SIGINT, SIGPIPE, SIGTERM
 
-HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
+if TYPE_CHECKING:
+    from types import FrameType
+
+HANDLED = (SIGTERM, SIGINT, SIGHUP)
 
 
 def install(lc: Lifecycle) -> None:
@@ -20,6 +23,6 @@ def install(lc: Lifecycle) -> None:
                    reason=f"anchor signal {signum}"))
 
     for sig in HANDLED:
-        signal.signal(sig, handler)
+        signames.set_handler(sig, handler)
     # SIGPIPE: a closed engine pipe must not kill the anchor (Slurm logs and continues)
-    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    signames.ignore(SIGPIPE)

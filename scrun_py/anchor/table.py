@@ -13,8 +13,8 @@ has ended the job and writes `stopped`.
 from __future__ import annotations
 
 import enum
-import signal
 
+from scrun_py.base import signames
 from scrun_py.base.records import NamedTuple
 
 
@@ -145,13 +145,12 @@ TABLE: dict[tuple[Phase, Event], Transition] = {
 # Signals whose default action ends a process: a created (not yet started) container
 # receiving one is gone, as runc's init waiting on its exec fifo would be.  Every other
 # signal (0, CHLD, CONT, URG, WINCH, and the stop signals) leaves it as it is.
-FATAL_BY_DEFAULT = frozenset(int(s) for s in (
-    signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGILL, signal.SIGTRAP,
-    signal.SIGABRT, signal.SIGBUS, signal.SIGFPE, signal.SIGKILL, signal.SIGUSR1,
-    signal.SIGSEGV, signal.SIGUSR2, signal.SIGPIPE, signal.SIGALRM, signal.SIGTERM,
-    signal.SIGSTKFLT, signal.SIGXCPU, signal.SIGXFSZ, signal.SIGVTALRM, signal.SIGPROF,
-    signal.SIGIO, signal.SIGPWR, signal.SIGSYS,
-    *range(signal.SIGRTMIN, signal.SIGRTMAX + 1)))
+FATAL_BY_DEFAULT = frozenset((
+    *(signames.number(f"SIG{name}") for name in (
+        "HUP", "INT", "QUIT", "ILL", "TRAP", "ABRT", "BUS", "FPE", "KILL", "USR1", "SEGV",
+        "USR2", "PIPE", "ALRM", "TERM", "STKFLT", "XCPU", "XFSZ", "VTALRM", "PROF", "IO",
+        "PWR", "SYS")),
+    *range(signames.SIGRTMIN, signames.SIGRTMAX + 1)))
 
 
 def kill_event(sig: int) -> Event:

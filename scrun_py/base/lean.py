@@ -54,8 +54,9 @@ The rules
      salloc; subprocess is imported once salloc runs.
    * socket.py (with selectors, enum, collections): 5 ms of a 20 ms `start`.  Instead:
      the C module `_socket` (container/handle.py, container/spool.py, anchor/server.py).
-   * signal (its enums, with enum and collections): 3 ms of a ~12 ms `kill`.  Instead:
-     the C module `_signal` (base/signames.py and its constants).
+   * signal (its enums, with enum and collections): 3 ms of a ~12 ms `kill`, 0.4 ms of
+     the anchor's imports with enum already loaded.  Instead: the C module `_signal`
+     (base/signames.py: its constants, `set_handler`, `ignore`).
    * json (with re and enum): a third of a `state`.  Instead: container/fastjson.py, the
      C scanner and encoder of `_json`; json only to word an error or outside the hot
      paths.

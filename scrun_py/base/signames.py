@@ -1,19 +1,45 @@
-"""Signal argument parsing for `kill` (runc's rules).  Pure."""
+"""Signal numbers and handlers without signal.py, and signal argument parsing for
+`kill` (runc's rules).
+
+signal.py builds its enums at import (with enum and collections: 3 ms of import time in
+a `kill` of ~12; 0.4 ms with enum already loaded, on `create`'s critical path in the
+anchor).  The C module under it has the same numbers and the same `signal()`.
+"""
 
 from __future__ import annotations
 
-# the C module: signal.py builds its enums at import (with enum and collections: 3 ms
-# of import time, in a `kill` of ~12); its constants are the same numbers
 import _signal  # type: ignore[import-not-found]  # (no stub: the C module of signal)
 
 from scrun_py.base.errors import ScrunError
 
+TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import FrameType
+
 SIGRTMIN = int(_signal.SIGRTMIN)
 SIGRTMAX = int(_signal.SIGRTMAX)
-# the signals base/procs.py sends or restores
+SIGHUP = int(_signal.SIGHUP)
+SIGINT = int(_signal.SIGINT)
 SIGKILL = int(_signal.SIGKILL)
 SIGPIPE = int(_signal.SIGPIPE)
+SIGTERM = int(_signal.SIGTERM)
 SIGXFSZ = int(_signal.SIGXFSZ)
+
+
+def number(name: str) -> int:
+    """The number of the signal `name` ("SIGQUIT")."""
+    return int(getattr(_signal, name))
+
+
+def set_handler(sig: int, handler: Callable[[int, FrameType | None], None]) -> None:
+    """signal.signal(sig, handler); call from the main thread."""
+    _signal.signal(sig, handler)
+
+
+def ignore(sig: int) -> None:
+    """signal.signal(sig, SIG_IGN)."""
+    _signal.signal(sig, _signal.SIG_IGN)
 
 
 def parse_signal(value: str) -> int:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 
 from scrun_py.anchor import launch, readiness
 from scrun_py.anchor.handoff import (
@@ -16,11 +15,12 @@ from scrun_py.anchor.handoff import (
     RuntimeSettings,
 )
 from scrun_py.anchor.launch import AnchorProcess, EarlyAnchor, Started
-from scrun_py.base import procs
+from scrun_py.base import procs, signames
 from scrun_py.base.errors import AnchorStartupFailed, ScrunError, rebuild
 from scrun_py.base.invocation import Invocation
 from scrun_py.base.logs import rfc3339_now
 from scrun_py.base.records import NamedTuple
+from scrun_py.base.signames import SIGHUP, SIGINT, SIGTERM
 from scrun_py.commands.runtime import runtime_settings
 from scrun_py.container import spool, store
 from scrun_py.container.handle import site_file_may_apply
@@ -170,8 +170,8 @@ def _forward_signals(anchor: AnchorProcess) -> None:
         with contextlib.suppress(ProcessLookupError):
             anchor.send_signal(signum)
 
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, forward)
+    for sig in (SIGTERM, SIGINT, SIGHUP):
+        signames.set_handler(sig, forward)
 
 
 def _await_created(started: Started, cdir: str) -> None:

@@ -16,13 +16,13 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import signal
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
 
 from scrun_py.base import procs, threads
 from scrun_py.base.errors import AllocationFailed, SlurmError, StepLaunchFailed
+from scrun_py.base.signames import SIGKILL
 from scrun_py.base.threads import Cancel
 from scrun_py.slurm import argv as slurm_argv
 from scrun_py.slurm import releases
@@ -270,7 +270,7 @@ class CliSlurm:
                   tasks_per_node: int = 1) -> list[str] | None:
         """A command that SIGKILLs the container (every task's, up to `tasks_per_node` on
         a node) without the anchor (None if impossible)."""
-        return self.signal_argv(job_id, step_id, int(signal.SIGKILL), tasks_per_node)
+        return self.signal_argv(job_id, step_id, SIGKILL, tasks_per_node)
 
     def abandon_script(self, alloc: Allocation, step_id: int) -> str | None:
         import shlex

@@ -9,12 +9,12 @@ from __future__ import annotations
 import contextlib
 import os
 import select
-import signal
 import time
 from collections.abc import Callable, Sequence
 
 from scrun_py.base import procs
 from scrun_py.base.errors import AllocationFailed
+from scrun_py.base.signames import SIGTERM
 from scrun_py.base.threads import Cancel, Cancelled
 from scrun_py.slurm import argv as slurm_argv
 from scrun_py.slurm.backend import Allocation, AllocRequest
@@ -199,7 +199,7 @@ class SallocHolder:
         """Stop a salloc that has not delivered an allocation; cancel its job if any."""
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGTERM)
+                proc.send_signal(SIGTERM)
             if procs.wait_child(proc, ABORT_GRACE_S) is None:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()

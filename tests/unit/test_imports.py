@@ -263,8 +263,9 @@ class TestAnchorStaysLean:
     def test_salloc_runs_before_subprocess_and_re_are_imported(self, tmp_path: Path) -> None:
         """Everything the anchor does before salloc runs is on create's critical path:
         its imports, loading scrun.lua, the backend.  salloc is spawned without
-        subprocess (procs.spawn), and subprocess, shlex and re (with locale and
-        selectors) are imported only once it runs.  Checked at the moment salloc runs,
+        subprocess (procs.spawn), and subprocess, shlex and re (with locale, selectors
+        and signal) are imported only once it runs; signal numbers and handlers come
+        from base/signames.py.  Checked at the moment salloc runs,
         with a stand-in salloc, a scrun.lua and the CLI backend."""
         import subprocess
         import sys
@@ -299,7 +300,7 @@ class TestAnchorStaysLean:
             f"backend = choice.backend_for('cli', None, choice.CliOptions(), log)\n"
             "backend._jobs._salloc = " + repr(str(salloc)) + "\n"
             "opts = job_options({}).alloc\n"
-            "WATCH = ('subprocess', 're', 'shlex', 'locale', 'selectors', 'socket')\n"
+            "WATCH = ('subprocess', 're', 'shlex', 'locale', 'selectors', 'socket', 'signal')\n"
             "seen = []\n"
             "alloc = backend._jobs.allocate(AllocRequest(opts, dict(os.environ), lambda j: None,"
             " 10), Cancel(), spawned=lambda: seen.append([m for m in WATCH if m in sys.modules]))\n"
@@ -315,8 +316,9 @@ class TestCreateStaysLean:
         """`create` validates while the forked anchor imports; the later of the two
         starts salloc, so create's own imports are on the critical path too: no
         pathlib (with urllib.parse and ipaddress), pydantic, click, json, subprocess,
-        typing or re by the time it hands the anchor its spec (checked at that moment, with a
-        plain config.json and oci.conf and no --root, as podman calls it)."""
+        typing, re or signal by the time it hands the anchor its spec (checked at that
+        moment, with a plain config.json and oci.conf and no --root, as podman calls
+        it)."""
         import subprocess
         import sys
 
@@ -333,7 +335,7 @@ class TestCreateStaysLean:
             'RunTimeKill="crun kill %n.%u.%j.%s.%t"\n'
             'RunTimeDelete="crun delete --force %n.%u.%j.%s.%t"\n')
         heavy = ("pathlib", "urllib", "ipaddress", "pydantic", "click", "json", "subprocess",
-                 "typing", "dataclasses", "re")
+                 "typing", "dataclasses", "re", "signal")
         code = (
             "import sys\n"
             "from scrun_py.anchor import launch\n"
