@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -51,12 +52,12 @@ def test_invalid_is_a_value_error_without_json_loaded() -> None:
     assert ("ok", "") == _fresh(code)
 
 
-def test_broken_config_json_without_json_loaded(tmp_path: object) -> None:
+def test_broken_config_json_without_json_loaded(tmp_path: Path) -> None:
     """create's bundle reader, as `create` runs it (no json imported): one BundleError."""
-    code = ("import os, tempfile\n"
+    code = ("import os\n"
             "from scrun_py.oci.bundle import load_bundle\n"
             "from scrun_py.base.errors import BundleError\n"
-            "d = tempfile.mkdtemp()\n"
+            f"d = {str(tmp_path)!r}\n"
             "open(os.path.join(d, 'config.json'), 'w').write('{ not json')\n"
             "try:\n"
             "    load_bundle(d)\n"
