@@ -57,10 +57,11 @@ class _Record(tuple):  # type: ignore[type-arg]
                 values.append(cls._field_defaults[field])
             else:
                 raise TypeError(f"{name}() missing required argument: {field!r}")
-        for key in kwargs:
-            if key in fields:
-                raise TypeError(f"{name}() got multiple values for argument {key!r}")
-            raise TypeError(f"{name}() got an unexpected keyword argument {key!r}")
+        if kwargs:  # what is left names a field given by position, or no field
+            key = next(iter(kwargs))
+            what = ("got multiple values for argument" if key in fields
+                    else "got an unexpected keyword argument")
+            raise TypeError(f"{name}() {what} {key!r}")
         return tuple(values)
 
     @classmethod
