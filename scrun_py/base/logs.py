@@ -63,12 +63,11 @@ def format_record(level: str, msg: str, fmt: str, fields: Mapping[str, Any] | No
 
 
 def append_line(path: Path | str, line: str, mode: int = 0o644) -> None:
-    """Append one line with a single write (O_APPEND: whole lines from concurrent writers)."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, mode)
-    try:
-        os.write(fd, (line + "\n").encode())
-    finally:
-        os.close(fd)
+    """Append one line with a single write (O_APPEND: whole lines from concurrent writers),
+    through base/callerpath: never through another user's symlink, never into a FIFO."""
+    from scrun_py.base import callerpath
+
+    callerpath.append(os.fspath(path), (line + "\n").encode(), mode)
 
 
 def fatal_record(msg: str, log_path: Path | str | None, log_format: str) -> None:
