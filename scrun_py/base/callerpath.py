@@ -14,7 +14,7 @@ turn them against the caller.  The one home of these rules:
   that it is a regular file of the caller's (and, when asked, after reading that it
   holds what the caller wrote).
 
-A refusal is an OSError whose strerror says why (`UNSAFE` and the reason), so the
+A refusal is a `Refused` (an OSError) whose strerror says why, so the
 callers' usual `{exc.strerror}` messages stay one line.  Intermediate components are
 resolved by the kernel as for any path.  Imports os alone: `state` goes through here.
 """
@@ -30,10 +30,19 @@ _NULL_RDEV = os.makedev(1, 3)
 _DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
 
 
-def _refused(path: str, why: str, code: str = "EPERM") -> OSError:
+class Refused(OSError):
+    """A path the rules above refuse; strerror says why, ending in 'refusing it'.  (An
+    OSError of its own class: OSError(EPERM, …) would be a PermissionError, which the
+    callers read as 'not readable'.)  `size`: the size of a file refused as too large
+    (None when it grew past the limit while it was read)."""
+
+    size: int | None = None
+
+
+def _refused(path: str, why: str, code: str = "EPERM") -> Refused:
     import errno
 
-    return OSError(getattr(errno, code), f"{why}: refusing it", path)
+    return Refused(getattr(errno, code), f"{why}: refusing it", path)
 
 
 def kind(mode: int) -> str:
@@ -70,10 +79,11 @@ def _check_link(dfd: int, name: str, st: os.stat_result, shown: str) -> str:
     return target
 
 
-def resolve_last(path: str) -> tuple[int, str, os.stat_result | None]:
+def resolve_last(path: str, *, links: bool = True) -> tuple[int, str, os.stat_result | None]:
     """The directory that holds `path`'s file once its symbolic links that may be
     followed are (an O_PATH descriptor, the caller closes it), the file's name there and
-    its lstat (None when it does not exist).  OSError refusing another user's link."""
+    its lstat (None when it does not exist).  OSError refusing another user's link, or
+    any link when not `links`."""
     shown = path
     if not path:
         raise FileNotFoundError(2, "No such file or directory", path)
@@ -91,6 +101,8 @@ def resolve_last(path: str) -> tuple[int, str, os.stat_result | None]:
 
             if not stat.S_ISLNK(st.st_mode):
                 return dfd, name, st
+            if not links:
+                raise _refused(shown, "a symbolic link", "ELOOP")
             target = _check_link(dfd, name, st, shown)
         except BaseException:
             os.close(dfd)
@@ -100,10 +112,11 @@ def resolve_last(path: str) -> tuple[int, str, os.stat_result | None]:
     raise _refused(shown, f"more than {MAX_LINKS} symbolic links", "ELOOP")
 
 
-def open_file(path: str, flags: int, mode: int = 0o644) -> int:
+def open_file(path: str, flags: int, mode: int = 0o644, *, links: bool = True) -> int:
     """A descriptor (blocking, close-on-exec) of the regular file `path`, opened with
-    `flags` (O_CREAT creates it `mode`), under the rules above.  OSError otherwise."""
-    dfd, name, st = resolve_last(path)
+    `flags` (O_CREAT creates it `mode`), under the rules above (no symbolic link at all
+    as its last component when not `links`).  OSError otherwise."""
+    dfd, name, st = resolve_last(path, links=links)
     try:
         if st is not None and not _file_like(st):
             raise _refused(path, f"{kind(st.st_mode)}, not a regular file")
@@ -139,8 +152,10 @@ def read(path: str, limit: int, what: str) -> bytes:
     try:
         size = os.fstat(fd).st_size
         if size > limit:
-            raise _refused(path, f"{what} of {size} bytes, more than the {limit} scrun-py "
-                                 "reads", "EFBIG")
+            too_large = _refused(path, f"{what} of {size} bytes, more than the {limit} "
+                                       "scrun-py reads", "EFBIG")
+            too_large.size = size
+            raise too_large
         chunks = []
         left = limit + 1
         while left > 0 and (chunk := os.read(fd, min(left, max(size + 1, 1 << 16)))):

@@ -185,8 +185,10 @@ def open_log(log_path: str | None) -> None:
     name = log_file_name(log_path)
     if name is None:
         return  # syslog:/journald: forms: Invocation.resolve refuses them
-    try:
-        fd = os.open(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    from scrun_py.base import callerpath
+
+    try:  # another user's symlink, a FIFO or a device there is refused at once
+        fd = callerpath.open_file(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     except OSError as exc:
         raise _log_error("open", name, exc) from None
     try:

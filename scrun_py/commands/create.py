@@ -120,6 +120,13 @@ def _anchor_spec(inv: Invocation, args: CreateArgs, loaded: Bundle,
     pid_path = os.path.abspath(args.pid_file) if args.pid_file else ""
     if pid_path and not os.path.isdir(os.path.dirname(pid_path)):
         raise ScrunError(f"pid file directory does not exist: {os.path.dirname(pid_path)}")
+    if pid_path:  # a FIFO, device or directory another user put there: refused now
+        from scrun_py.base import callerpath
+
+        try:
+            callerpath.check_writable(pid_path)
+        except OSError as exc:
+            raise ScrunError(f"pid file {pid_path}: {exc.strerror}") from None
     console_socket = args.console_socket if loaded.config.process.terminal else None
     runtime = RuntimeSettings(**runtime_settings(inv))
     bundle_info = _bundle_info(inv, args.container_id, loaded, rules.site_trust)

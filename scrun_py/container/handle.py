@@ -264,11 +264,13 @@ def _not_a_directory(name: str, dir_fd: int | None, exc: OSError) -> str:
 
 
 def remove_pid_file(path: str, pid: int) -> None:
-    """Remove the pid file only if it still names `pid` (never someone else's)."""
+    """Remove the pid file only if it is still the caller's regular file naming `pid`:
+    never someone else's, never through a symlink, never opening a FIFO or a device
+    planted in its place (base/callerpath.remove)."""
+    from scrun_py.base import callerpath
+
     try:
-        with open(path, "rb") as fh:
-            if fh.read().strip() == str(pid).encode():
-                os.unlink(path)
+        callerpath.remove(path, str(pid).encode())
     except OSError:
         pass
 

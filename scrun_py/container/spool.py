@@ -133,7 +133,10 @@ def write_pid_file(path: PathArg, pid: int) -> None:
     """Bare decimal pid, no newline (go-runc uses strict Atoi), written atomically and
     locked while written, as Slurm's scrun does: a reader that takes a read lock on the
     file waits until the write is complete."""
-    try:
+    from scrun_py.base import callerpath
+
+    try:  # a FIFO, device or directory planted there is refused; a symlink is replaced
+        callerpath.check_writable(os.fspath(path))
         write_atomic(path, str(pid).encode(), 0o644, lock=True)
     except OSError as exc:
         raise ScrunError(f"cannot write pid file {path}: {exc.strerror}") from exc

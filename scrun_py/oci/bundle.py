@@ -189,6 +189,41 @@ def oci_version_problem(version: str) -> str:
     return ""
 
 
+def nul_problem(label: str, values: list[str], *, env: bool = False) -> str:
+    """`LABEL[N]: contains a NUL byte` for the first of `values` that holds one (with the
+    entry's variable name when `env`), or "": no argv word, environment entry or path
+    can hold one (the kernel's strings end there; os refuses them)."""
+    for n, value in enumerate(values):
+        if "\0" in value:
+            name = f" ({_shown(value.partition('=')[0])})" if env else ""
+            return f"{label}[{n}]{name}: contains a NUL byte"
+    return ""
+
+
+def process_problem(config: OciConfig) -> str:
+    """Why config.json holds a string that cannot reach the processes it is meant for, or
+    "": a NUL byte in process.args (srun's argv), process.env (the imported SCRUN_* and
+    SLURM_* entries go into the environment of salloc, srun and the hooks; every entry
+    into the container's), process.cwd or an annotation, and an annotation key with a
+    `=`: each is `SCRUN_ANNOTATION_<key>=<value>` in the job's environment."""
+    process = config.process
+    problem = (nul_problem("process.args", process.args)
+               or nul_problem("process.env", process.env, env=True))
+    if problem:
+        return problem
+    if "\0" in process.cwd:
+        return "process.cwd: contains a NUL byte"
+    for key, value in config.annotations.items():
+        if "\0" in key:
+            return f"annotations: key {key!r} contains a NUL byte"
+        if "=" in key:
+            return (f"annotations: key {key!r} contains '=', which no environment "
+                    "variable's name (SCRUN_ANNOTATION_<key>) may")
+        if "\0" in value:
+            return f"annotations[{key!r}]: contains a NUL byte"
+    return ""
+
+
 def _json_loads(data: bytes) -> Any:
     """json.loads, through the C scanner without importing json (create's critical path);
     a document that is not valid JSON is parsed again by json for its exact message."""
@@ -202,30 +237,22 @@ def _json_loads(data: bytes) -> Any:
 
 def read_config(bundle: str) -> bytes:
     """The bytes of `bundle`/config.json: a regular file of at most MAX_CONFIG_BYTES,
-    else BundleError.  Opened with O_NONBLOCK, so that a FIFO in its place is refused
-    instead of waiting for a writer; at most the cap and one byte are read, so that a
-    file that grows after the fstat is refused too.  OSError when it cannot be opened."""
-    import stat
+    else BundleError.  Read through base/callerpath: opened with O_NONBLOCK, so that a
+    FIFO in its place is refused instead of waiting for a writer, never through another
+    user's symlink; at most the cap and one byte are read, so that a file that grows
+    after the fstat is refused too.  OSError when it cannot be opened."""
+    from scrun_py.base import callerpath
 
     name = _shown(bundle)
-    fd = os.open(os.path.join(bundle, "config.json"),
-                 os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise BundleError(f"bundle {name}: config.json is not a regular file")
-        if st.st_size > MAX_CONFIG_BYTES:
-            raise BundleError(_too_large(name, st.st_size))
-        chunks = []
-        left = MAX_CONFIG_BYTES + 1
-        while left > 0 and (chunk := os.read(fd, min(left, max(st.st_size + 1, 1 << 16)))):
-            chunks.append(chunk)
-            left -= len(chunk)
-    finally:
-        os.close(fd)
-    if left <= 0:
-        raise BundleError(_too_large(name, None))
-    return b"".join(chunks)
+        return callerpath.read(os.path.join(bundle, "config.json"), MAX_CONFIG_BYTES,
+                               "config.json")
+    except callerpath.Refused as exc:
+        import errno
+
+        if exc.errno == errno.EFBIG:
+            raise BundleError(_too_large(name, exc.size)) from None
+        raise BundleError(f"bundle {name}: config.json is {exc.strerror}") from None
 
 
 def _too_large(name: str, size: int | None) -> str:
@@ -263,7 +290,7 @@ def load_bundle(path: str | os.PathLike[str]) -> Bundle:
             config = _model_config(raw)
         except ValidationError as exc:
             raise BundleError(f"bundle {name}: config.json: {_first_error(exc)}") from exc
-    problem = oci_version_problem(config.ociVersion)
+    problem = oci_version_problem(config.ociVersion) or process_problem(config)
     if problem:
         raise BundleError(f"bundle {name}: config.json: {problem}")
     rootfs = os.path.normpath(os.path.join(bundle, config.root.path))

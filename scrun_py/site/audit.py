@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import sys
 
-from scrun_py.base import procs
+from scrun_py.base import callerpath, procs
 from scrun_py.base.records import NamedTuple
 
 # create imports this module for every container, with or without a site file: json, re,
@@ -79,9 +79,10 @@ def _append(pattern: str, uid: int, user: str, line: str) -> None:
     ValueError for a file that may not be written)."""
     path = pattern.replace("{user}", user).replace("{uid}", str(uid))
     per_user = path != pattern
-    flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
-    try:
-        fd = os.open(path, flags | (os.O_CREAT if per_user else 0), 0o600)
+    flags = os.O_WRONLY | os.O_APPEND
+    try:  # the site's trail: never through a symlink, never a FIFO or a device
+        fd = callerpath.open_file(path, flags | (os.O_CREAT if per_user else 0), 0o600,
+                                  links=False)
     except FileNotFoundError:
         if per_user:
             raise

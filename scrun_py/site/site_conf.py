@@ -66,13 +66,23 @@ def system_file() -> Path:
     return site_file(Path(layout.DEFAULT_SLURM_CONF))
 
 
+#: the largest scrun-py.toml read (a site file is a few lines)
+MAX_SITE_FILE_BYTES = 1 << 20
+
+
 def _read(path: Path) -> dict[str, Any] | None:
-    """The file's tables; None when there is no file."""
+    """The file's tables; None when there is no file.  Read through base/callerpath
+    (at most MAX_SITE_FILE_BYTES): a FIFO, a device or another user's symlink in its
+    place is refused at once."""
+    from scrun_py.base import callerpath
+
     try:
-        text = path.read_text()
+        text = callerpath.read(str(path), MAX_SITE_FILE_BYTES, "a site file").decode()
     except FileNotFoundError:
         return None  # the common case: no tomllib import on every verb
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
+        raise ConfigError(f"{path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: {exc}") from exc
     import tomllib
 

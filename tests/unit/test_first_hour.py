@@ -60,14 +60,17 @@ VERBS = [["state", "c1"], ["create", "--bundle", "/nonexistent/bundle", "c1"], [
 def _unwritable(tmp_path: Path) -> list[tuple[str, str]]:
     """(--log value, the start of the error) for logs that cannot be written: a missing
     directory, a directory, /dev/full; /proc/version (open refused to a user, writes
-    refused to root)."""
+    refused to root).  A directory or a device is refused before it is opened."""
     return [(str(tmp_path / "nodir" / "log.json"),
              f"open log file {tmp_path / 'nodir' / 'log.json'}: No such file or directory"),
-            (str(tmp_path), f"open log file {tmp_path}: Is a directory"),
-            ("/dev/full", "write log file /dev/full: No space left on device"),
+            (str(tmp_path), f"open log file {tmp_path}: a directory, not a regular file: "
+                            "refusing it"),
+            ("/dev/full", "open log file /dev/full: a character device, not a regular "
+                          "file: refusing it"),
             ("/proc/version", "open log file /proc/version: Permission denied"
              if os.geteuid() else "write log file /proc/version: Input/output error"),
-            (f"file:{tmp_path}", f"open log file {tmp_path}: Is a directory")]
+            (f"file:{tmp_path}", f"open log file {tmp_path}: a directory, not a regular "
+                                 "file: refusing it")]
 
 
 @pytest.fixture

@@ -569,6 +569,8 @@ class TestNoClickVerbsStayLean:
         "scrun_py.commands.state", "scrun_py.commands.delete", "scrun_py.container.handle",
         "scrun_py.container.fastjson", "scrun_py.base.errors", "scrun_py.base.procs", "_json",
         "scrun_py.base", "scrun_py.cli", "scrun_py.container",
+        # --log is opened through the one opener of the paths a caller names (os alone)
+        "scrun_py.base.callerpath",
         # every module's `from __future__ import annotations`; a venv whose start-up
         # imports it already (some .pth files do) has it in the bare set
         "__future__"})

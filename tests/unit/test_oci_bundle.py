@@ -177,7 +177,8 @@ class TestBundleErrors:
         """A config.json that is not a regular file is reported with the bundle."""
         (bundle / "config.json").unlink()
         (bundle / "config.json").mkdir()
-        assert f"bundle {bundle}: config.json is not a regular file" == _error(bundle)
+        assert (f"bundle {bundle}: config.json is a directory, not a regular file: "
+                "refusing it") == _error(bundle)
 
     @pytest.mark.parametrize("content", [b"", b"{", b"{'a': 1}", b"\xff\xfe\xfa", b"[" * 50_000])
     def test_invalid_json(self, bundle: Path, content: bytes) -> None:
@@ -300,13 +301,15 @@ class TestSizeCap:
 
         (bundle / "config.json").unlink()
         os.mkfifo(bundle / "config.json")
-        assert f"bundle {bundle}: config.json is not a regular file" == _error(bundle)
+        assert (f"bundle {bundle}: config.json is a FIFO, not a regular file: "
+                "refusing it") == _error(bundle)
 
     def test_character_device_is_refused(self, bundle: Path) -> None:
         """An endless special file (a symlink to /dev/zero) is refused, not read."""
         (bundle / "config.json").unlink()
         (bundle / "config.json").symlink_to("/dev/zero")
-        assert f"bundle {bundle}: config.json is not a regular file" == _error(bundle)
+        assert (f"bundle {bundle}: config.json is a character device, not a regular file: "
+                "refusing it") == _error(bundle)
 
     def test_rootfs_problem_of_a_huge_config_is_left_to_the_node(self, bundle: Path) -> None:
         """bundle_rootfs_problem reads through the same cap: nothing to say, at once."""
