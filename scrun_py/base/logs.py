@@ -49,17 +49,64 @@ def rfc3339_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{micros:06d}Z"
 
 
-def format_record(level: str, msg: str, fmt: str, fields: Mapping[str, Any] | None = None) -> str:
-    import json
+def one_line(text: str) -> str:
+    """`text` as one line of visible characters: each C0 and C1 control character, DEL,
+    the Unicode line and paragraph separators and each lone surrogate (a file name's
+    undecodable byte) written as its escape (`\\n`, `\\t`, `\\r`, `\\x1b`, `\\u2028`,
+    `\\udc80`), so that a value from an image or a caller can neither end a log line
+    nor drive the terminal.  Everything else, a backslash too, is left as it is."""
+    if text.isprintable():  # none of them (the common case, without the table)
+        return text
+    return text.translate(_escapes())
 
+
+@functools.cache
+def _escapes() -> dict[int, str]:
+    """one_line's table, made once per process and only when a line needs it."""
+    table = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
+    table.update({0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"})
+    table.update({c: f"\\u{c:04x}" for c in (0x2028, 0x2029, *range(0xD800, 0xE000))})
+    return table
+
+
+def format_record(level: str, msg: str, fmt: str, fields: Mapping[str, Any] | None = None) -> str:
+    """One record, as one line whatever `msg` and `fields` hold: JSON (json.dumps's
+    ASCII escapes every control character and lone surrogate) or `key=value` text (each
+    value in JSON, each key through one_line)."""
     now = rfc3339_now()
     if fmt == "json":
         record = {"level": level, "msg": msg, "time": now}
         if fields:
             record.update({k: v for k, v in fields.items() if k not in record})
-        return json.dumps(record, default=str, separators=(",", ":"))
-    extra = "".join(f" {k}={json.dumps(v, default=str)}" for k, v in (fields or {}).items())
-    return f"time={json.dumps(now)} level={level} msg={json.dumps(msg)}{extra}"
+        return _dumps(record, (",", ":"))
+    extra = "".join(f" {one_line(str(k))}={_dumps(v)}" for k, v in (fields or {}).items())
+    return f"time={_dumps(now)} level={level} msg={_dumps(msg)}{extra}"
+
+
+def _dumps(value: Any, separators: tuple[str, str] | None = None) -> str:
+    """`value` in JSON on one line (anything else json cannot write as its str()); what
+    json refuses (a key that is not a string, NaN, a cycle) is written with str() too,
+    down to the mapping's values, so that the record stays valid JSON."""
+    import json
+
+    try:
+        return json.dumps(value, default=str, separators=separators, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        if isinstance(value, Mapping):
+            return json.dumps({str(k): _plain(v) for k, v in value.items()},
+                              separators=separators)
+        return json.dumps(str(value))
+
+
+def _plain(value: Any) -> Any:
+    """`value` when json writes it, else its str()."""
+    import json
+
+    try:
+        json.dumps(value, default=str, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return str(value)
+    return value
 
 
 def append_line(path: Path | str, line: str, mode: int = 0o644) -> None:
@@ -71,8 +118,9 @@ def append_line(path: Path | str, line: str, mode: int = 0o644) -> None:
 
 
 def fatal_record(msg: str, log_path: Path | str | None, log_format: str) -> None:
-    """One line on stderr and one error record in --log."""
-    msg = " ".join(msg.split())
+    """One line on stderr and one error record in --log: `msg`'s whitespace runs (line
+    breaks too) made single spaces, its other control characters escaped (one_line)."""
+    msg = one_line(" ".join(msg.split()))
     try:
         sys.stderr.write(f"scrun-py: {msg}\n")
         sys.stderr.flush()

@@ -332,7 +332,7 @@ class LuaHooks:
 
     def _log_user(self, msg: str) -> None:
         self._logger().info(f"lua: {msg}", script=str(self.script), user=True)
-        sys.stderr.write(msg + "\n")
+        sys.stderr.write(logs.one_line(msg) + "\n")  # one line, whatever the script put in
         sys.stderr.flush()
 
     def _to_json(self, value: Any, pretty: bool) -> str:
