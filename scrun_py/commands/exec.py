@@ -97,21 +97,30 @@ def exec_record(inv: Invocation, container_id: str) -> ContainerRecord:
 
 
 def _load_json(path: str, what: str) -> Any:
+    """The JSON document of the file `path` names (`what`: process, config), read as
+    create reads a bundle's config.json (base/callerpath, at most MAX_CONFIG_BYTES): a
+    FIFO, a device, another user's symbolic link or a huge file is refused at once."""
     import json
 
+    from scrun_py.base import callerpath
+    from scrun_py.oci.bundle import MAX_CONFIG_BYTES
+
     try:
-        with open(path, "rb") as fh:
-            return json.loads(fh.read())
-    except OSError as exc:
-        raise ScrunError(f"open {path}: {(exc.strerror or str(exc)).lower()}") from None
-    except ValueError as exc:
+        return json.loads(callerpath.read(path, MAX_CONFIG_BYTES, f"{what} file"))
+    except OSError as exc:  # runc's `open PATH: no such file or directory`
+        why = exc.strerror or str(exc)
+        raise ScrunError(f"open {path}: {why[:1].lower()}{why[1:]}") from None
+    except (ValueError, RecursionError) as exc:  # RecursionError: "[[[[…"
         raise ScrunError(f"{what} {path}: not JSON: {exc}") from None
 
 
 def load_process(process_file: str | None, command: list[str], tty: bool,
                  bundle: str) -> Process:
     """The process from process.json, or from `command` with the env and cwd of the
-    bundle's config.json (runc's positional form); runc's checks (validateProcessSpec)."""
+    bundle's config.json (runc's positional form); runc's checks (validateProcessSpec),
+    and no NUL byte in what goes on srun's command line."""
+    from scrun_py.oci.bundle import nul_problem
+
     if process_file:
         if command:
             raise ScrunError("exec: give either --process or a command, not both")
@@ -137,6 +146,9 @@ def load_process(process_file: str | None, command: list[str], tty: bool,
     uid, gid = user.get("uid", 0), user.get("gid", 0)
     if type(uid) is not int or type(gid) is not int:
         raise ScrunError("user uid and gid must be integers")
+    problem = nul_problem("args", args) or nul_problem("env", env, env=True)
+    if problem or "\0" in cwd:  # each is a word of srun's argv
+        raise ScrunError(f"process: {problem or 'cwd: contains a NUL byte'}")
     return Process(args, env, cwd, bool(raw.get("terminal")) or tty, uid, gid)
 
 
@@ -259,7 +271,9 @@ def run(inv: Invocation, container_id: str, opts: ExecOptions,
         try:
             code = supervise(argv, env, slave=slave)
         except ScrunError as exc:
-            os.write(2, f"scrun-py: {exc}\n".encode())
+            from scrun_py.base.logs import one_line
+
+            os.write(2, f"scrun-py: {one_line(str(exc))}\n".encode())
         finally:
             os._exit(code)
     if slave is not None:
