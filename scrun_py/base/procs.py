@@ -266,7 +266,8 @@ def resolve_program(name: str, env: Mapping[str, str]) -> str:
             return name
         raise _not_runnable(name, "" if os.path.exists(name) else "No such file or directory")
     skipped = denied = False
-    for entry in os.get_exec_path(dict(env)):
+    # PATH read here rather than by os.get_exec_path, which imports warnings
+    for entry in env.get("PATH", os.defpath).split(os.pathsep):
         if not os.path.isabs(entry):
             skipped = True
             continue
@@ -336,12 +337,19 @@ def spawn(argv: Sequence[str], env: Mapping[str, str], *, stderr: int,
 def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
         timeout_s: float | None = 30.0, stdin: bytes | None = None) -> Result:
     """Run `argv` in its own session (stdin /dev/null unless given); on timeout the
-    whole process group is killed."""
+    whole process group is killed.
+
+    argv[0] is resolved by `resolve_program` (the PATH of `env`, else of this process,
+    absolute entries only) and run by that path: Popen's own search would honour an
+    empty or relative PATH entry.  A program that is not found (or cannot be run) is a
+    Result with NOT_STARTED_STATUS and `error` saying why, as one that fails to start."""
     import subprocess
 
     try:
+        program = resolve_program(argv[0], os.environ if env is None else env)
         proc = subprocess.Popen(
-            list(argv), stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            list(argv), executable=program,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             env=dict(env) if env is not None else None, start_new_session=True)
     except OSError as exc:

@@ -104,13 +104,7 @@ def slurm_release(environ: dict[str, str] | None = None,
     conf = env.get("SLURM_CONF")
     if conf and not os.path.isfile(conf):
         return "unknown"
-    # PATH read here, not with os.get_exec_path, which imports warnings
-    dirs = env.get("PATH", os.defpath).split(os.pathsep)
-    srun = next((path for path in (os.path.join(d, "srun") for d in dirs if d)
-                 if os.path.isfile(path) and os.access(path, os.X_OK)), None)
-    if srun is None:
-        return "unknown"
-    status, out = _output([srun, "--version"], env, timeout_s)
+    status, out = _output(["srun", "--version"], env, timeout_s)
     words = out.decode(errors="replace").split()
     # "slurm 22.05.8", "slurm-wlm 22.05.8": the release is the last word
     if status != 0 or not words or not words[-1][:1].isdigit():
@@ -118,18 +112,36 @@ def slurm_release(environ: dict[str, str] | None = None,
     return words[-1]
 
 
-def _output(argv: list[str], env: dict[str, str], timeout_s: float) -> tuple[int | None, bytes]:
-    """The exit status and stdout of `argv` (an absolute path first), or None for a status
-    when it could not start or ran past `timeout_s` (then its process group is killed).
-    Started with posix_spawn, not subprocess, whose import alone takes longer than srun."""
+def _resolve_program(name: str, env: dict[str, str]) -> str | None:
+    """base/procs.py `resolve_program`'s search for a bare `name`, without importing
+    procs: the first executable file of that name in an absolute entry of `env`'s PATH
+    (os.defpath's when it has none; an empty or relative entry names a directory
+    relative to wherever scrun-py runs); None when there is none.  PATH is read here
+    rather than by os.get_exec_path, which imports warnings."""
     import os
-    import time
 
+    for entry in env.get("PATH", os.defpath).split(os.pathsep):
+        path = os.path.join(entry, name)
+        if os.path.isabs(entry) and os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+def _output(argv: list[str], env: dict[str, str], timeout_s: float) -> tuple[int | None, bytes]:
+    """The exit status and stdout of `argv` (its program found by _resolve_program), or
+    None for a status when it could not start or ran past `timeout_s` (then its process
+    group is killed).  Started with posix_spawn, not subprocess, whose import alone
+    takes longer than srun."""
+    import os
+
+    program = _resolve_program(argv[0], env)
+    if program is None:
+        return None, b""
     read_end, write_end = os.pipe2(os.O_CLOEXEC)
     try:
         null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
         try:
-            pid = os.posix_spawn(argv[0], argv, env, setsid=True,
+            pid = os.posix_spawn(program, argv, env, setsid=True,
                                  file_actions=[(os.POSIX_SPAWN_DUP2, null, 0),
                                                (os.POSIX_SPAWN_DUP2, write_end, 1),
                                                (os.POSIX_SPAWN_DUP2, null, 2)])
@@ -140,6 +152,15 @@ def _output(argv: list[str], env: dict[str, str], timeout_s: float) -> tuple[int
         return None, b""
     finally:
         os.close(write_end)
+    return _collect(pid, read_end, timeout_s)
+
+
+def _collect(pid: int, read_end: int, timeout_s: float) -> tuple[int | None, bytes]:
+    """What the child `pid` writes to `read_end` (closed here) until it exits, and its
+    status; None for a status when it outlives `timeout_s` (its group is killed)."""
+    import os
+    import time
+
     out = b""
     deadline = time.monotonic() + timeout_s
     try:
