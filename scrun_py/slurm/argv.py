@@ -10,24 +10,75 @@ TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
     from scrun_py.slurm.backend import StepRequest
 
-# The allocation's "shell": report the job environment on stdout, then wait for
-# the anchor to write the container's exit code on stdin and exit with it, so
-# salloc completes the job as COMPLETED or FAILED with that code.  If the anchor
-# dies, stdin reaches EOF: the holder runs the anchor's "on abandon" script (it kills
-# the container through the runtime, written once the step runs) and exits 1, so
-# salloc relinquishes the job (FAILED) and no orphan job or container is left.  It
-# does not scancel its own job: a salloc 22.05 whose holder did that was seen left
-# behind, spinning in wait4() (ECHILD) at 100% CPU after the job had ended.
-HOLDER_SCRIPT = ('env -0; printf "\\0SCRUN-PY-READY\\0"; '
-                 'if ! read rc; then '
-                 '[ -r "$SCRUN_PY_ON_ABANDON" ] && /bin/sh "$SCRUN_PY_ON_ABANDON"; '
-                 'rc=1; fi; exit "${rc:-1}"')
 ABANDON_ENV = "SCRUN_PY_ON_ABANDON"
 READY_MARKER = b"\0SCRUN-PY-READY\0"
 
+# Which program a shell runs.  A command word without a '/' is looked up in PATH, and an
+# empty or relative PATH entry names the shell's working directory: for the job's
+# shells, a directory the image chooses (SCRUN_WORKING_DIR), where another user may have
+# left a program named `env`.  So:
+#
+# * a shell scrun-py runs on the login node (the allocation's holder, the abandon
+#   script) names every program by the absolute path `procs.resolve_program` found
+#   (absolute PATH entries only), passed to the builder here; its other words are
+#   shell builtins (printf, read, exit, [, cd, exec);
+# * a shell run on a compute node (`srun … /bin/sh -c CMD`: build_command_step_argv,
+#   build_node_step_argv) starts with NODE_PATH_PROLOGUE: PATH keeps only the absolute
+#   entries of the node's PATH, so the programs of CMD (the runtime of RunTimeKill, id,
+#   sed, a Lua remote command's) are found in absolute directories of the node.
 
-def build_salloc_argv(alloc_opts: Sequence[str], salloc: str = "salloc") -> list[str]:
-    return [salloc, f"--job-name={JOB_NAME}", *alloc_opts, "--", "/bin/sh", "-c", HOLDER_SCRIPT]
+#: what every shell scrun-py runs on a compute node starts with: PATH becomes its
+#: absolute entries (os.defpath's /bin:/usr/bin when none is left), with builtins only
+NODE_PATH_PROLOGUE = ('_r=$PATH: _p=; while [ -n "$_r" ]; do _d=${_r%%:*}; _r=${_r#*:}; '
+                      'case $_d in /*) _p=$_p${_p:+:}$_d;; esac; done; '
+                      'PATH=${_p:-/bin:/usr/bin}; export PATH; unset _r _p _d; ')
+
+
+def node_script(command: str) -> str:
+    """`command` as a compute node's shell runs it: after NODE_PATH_PROLOGUE."""
+    return NODE_PATH_PROLOGUE + command
+
+
+def _absolute(path: str, what: str) -> str:
+    """`path`, shell-quoted; ValueError unless it is absolute (a resolved program)."""
+    if not path.startswith("/"):
+        raise ValueError(f"{what} must be an absolute path (a resolved program): {path!r}")
+    return sh_quote(path)
+
+
+_SH_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789@%+=:,./-_")
+
+
+def sh_quote(word: str) -> str:
+    """shlex.quote without shlex, which imports re: the holder script is built before
+    salloc is spawned, on `create`'s critical path (base/lean.py)."""
+    if word and all(c in _SH_SAFE for c in word):
+        return word
+    return "'" + word.replace("'", "'\"'\"'") + "'"
+
+
+def holder_script(env_path: str) -> str:
+    """The allocation's "shell", run by salloc on the login node: report the job
+    environment on stdout (`env_path -0`, env's absolute path), then wait for the anchor
+    to write the container's exit code on stdin and exit with it, so salloc completes
+    the job as COMPLETED or FAILED with that code.  If the anchor dies, stdin reaches EOF:
+    the holder runs the anchor's "on abandon" script (it kills the container through the
+    runtime, written once the step runs) and exits 1, so salloc relinquishes the job
+    (FAILED) and no orphan job or container is left.  It does not scancel its own job:
+    a salloc 22.05 whose holder did that was seen left behind, spinning in wait4()
+    (ECHILD) at 100% CPU after the job had ended."""
+    return (f'{_absolute(env_path, "env")} -0; printf "\\0SCRUN-PY-READY\\0"; '
+            'if ! read rc; then '
+            '[ -r "$SCRUN_PY_ON_ABANDON" ] && /bin/sh "$SCRUN_PY_ON_ABANDON"; '
+            'rc=1; fi; exit "${rc:-1}"')
+
+
+def build_salloc_argv(alloc_opts: Sequence[str], env_path: str,
+                      salloc: str = "salloc") -> list[str]:
+    """salloc running holder_script (`env_path`: env's absolute path); salloc itself is
+    resolved by procs.spawn."""
+    return [salloc, f"--job-name={JOB_NAME}", *alloc_opts, "--", "/bin/sh", "-c",
+            holder_script(env_path)]
 
 
 def build_srun_argv(req: StepRequest, *, srun_path: str = "srun",
@@ -51,17 +102,22 @@ def build_srun_argv(req: StepRequest, *, srun_path: str = "srun",
 TASK_COUNT_ENV = ("SLURM_NTASKS", "SLURM_NPROCS")
 
 
-def build_command_step_argv(*, job_id: int, command: str, srun_path: str = "srun",
-                            srun_args: Sequence[str] = (), name: str = "lua-command",
+def build_command_step_argv(*, job_id: int, command: str, env_path: str,
+                            srun: Sequence[str], name: str = "lua-command",
                             overlap: bool = True) -> list[str]:
-    """A helper step of one task on every node of the job running `/bin/sh -c command`,
-    whatever task count the job environment it runs in gives (TASK_COUNT_ENV)."""
+    """A helper step of one task on every node of the job running `/bin/sh -c command`
+    (after NODE_PATH_PROLOGUE), whatever task count the job environment it runs in gives
+    (TASK_COUNT_ENV).  `env_path` and `srun` (SrunPath, then SrunArgs) name their
+    programs by absolute path: env runs srun without looking in PATH then, wherever the
+    argv runs (the abandon script runs in the job's working directory)."""
+    _absolute(env_path, "env")
+    _absolute(srun[0], "srun")
     unset = [word for var in TASK_COUNT_ENV for word in ("-u", var)]
-    argv = ["/usr/bin/env", *unset, srun_path, *srun_args, f"--jobid={job_id}",
+    argv = [env_path, *unset, *srun, f"--jobid={job_id}",
             f"--job-name={name}", "--no-kill", "--quiet", "--ntasks-per-node=1"]
     if overlap:
         argv.append("--overlap")
-    return [*argv, "--", "/bin/sh", "-c", command]
+    return [*argv, "--", "/bin/sh", "-c", node_script(command)]
 
 
 def build_scancel_argv(job_id: int, *, signal: int | None = None, full: bool = False,
@@ -223,13 +279,13 @@ def build_node_step_argv(*, job_id: int, command: str, srun: Sequence[str] = ("s
                          name: str = "scrun-ps", nodelist: str | None = None,
                          pty: bool = False) -> list[str]:
     """A helper step of one task beside the container's (`--overlap`), running
-    `/bin/sh -c command` with `srun` (oci.conf's SrunPath and SrunArgs) on `nodelist`,
-    by default on the job's first node (`--relative=0`), where the container's task 0
-    runs: srun's own choice of one node is not that node (on a 3-node job it chose the
-    second node for every such step after the first)."""
+    `/bin/sh -c command` (after NODE_PATH_PROLOGUE) with `srun` (oci.conf's SrunPath and
+    SrunArgs) on `nodelist`, by default on the job's first node (`--relative=0`), where
+    the container's task 0 runs: srun's own choice of one node is not that node (on a
+    3-node job it chose the second node for every such step after the first)."""
     argv = [*srun, f"--jobid={job_id}", f"--job-name={name}", "--overlap",
             "--quiet", "--nodes=1", "--ntasks=1"]
     argv.append(f"--nodelist={nodelist}" if nodelist else "--relative=0")
     if pty:
         argv.append("--pty")
-    return [*argv, "--", "/bin/sh", "-c", command]
+    return [*argv, "--", "/bin/sh", "-c", node_script(command)]

@@ -101,6 +101,7 @@ class CliSlurm:
         self._version_known: threading.Event | None = None
         self._version_probe = version_probe
         self._jobs = SallocHolder(salloc, self.cancel)
+        self._paths: dict[str, str] = {}  # _program's answers
 
     # ---- the job: salloc_holder.py ------------------------------------------------------
     def allocate(self, req: AllocRequest, cancel: Cancel) -> Allocation:
@@ -192,8 +193,9 @@ class CliSlurm:
             # user cannot enter.  srun is found before that change of directory (an
             # image chooses it): Popen would search PATH's relative entries after it.
             kwargs["cwd"] = self._jobs.job_dir or salloc_cwd([])
-            kwargs["executable"] = procs.resolve_program(argv[0], req.env)
-            proc = subprocess.Popen(argv, env=req.env, **kwargs)  # type: ignore[call-overload]
+            proc = subprocess.Popen(  # type: ignore[call-overload]
+                argv, executable=procs.resolve_program(argv[0], req.env), env=req.env,
+                **kwargs)
         except OSError as exc:
             if relay is not None:
                 relay.close()
@@ -253,18 +255,17 @@ class CliSlurm:
                     done: Collection[str] | None = None) -> list[str] | None:
         """The helper step that runs oci.conf's RunTimeKill with `sig` on the job's nodes
         (marked, skipping `done`, when that is given: signal_shell_command); None when
-        there is no usable RunTimeKill (unknown step, unexpandable tokens)."""
+        there is no usable RunTimeKill (unknown step, unexpandable tokens) or env or srun
+        is not found."""
         if not self._runtime_kill or step_id is None:
             return None
         try:
             cmd = slurm_argv.signal_shell_command(self._runtime_kill, job_id=job_id,
                                                   step_id=step_id, signal=sig,
                                                   tasks_per_node=tasks_per_node, done=done)
-        except ValueError:
+            return self._helper_step(job_id, cmd, "scrun-signal")
+        except (ValueError, SlurmError):
             return None
-        return slurm_argv.build_command_step_argv(
-            job_id=job_id, command=cmd, srun_path=self._srun, srun_args=self._srun_args,
-            name="scrun-signal")
 
     def kill_argv(self, job_id: int, step_id: int,
                   tasks_per_node: int = 1) -> list[str] | None:
@@ -273,17 +274,40 @@ class CliSlurm:
         return self.signal_argv(job_id, step_id, SIGKILL, tasks_per_node)
 
     def abandon_script(self, alloc: Allocation, step_id: int) -> str | None:
+        """kill_argv under a 30 s `timeout`, every program by its absolute path: the
+        holder runs it in the job's working directory (see slurm/argv.py)."""
         import shlex
 
         from scrun_py.slurm import parse
 
         per_node = parse.max_tasks_per_node(alloc.env.get("SLURM_TASKS_PER_NODE", "1"))
         argv = self.kill_argv(alloc.job_id, step_id, per_node)
-        return None if argv is None else f"timeout 30 {shlex.join(argv)}\n"
+        try:
+            timeout = self._program("timeout")
+        except SlurmError:
+            return None  # no script: the holder then only ends the job
+        return None if argv is None else f"{shlex.quote(timeout)} 30 {shlex.join(argv)}\n"
 
     def command_argv(self, job_id: int, command: str) -> list[str]:
+        """SlurmError when env or srun is not found."""
+        return self._helper_step(job_id, command, "lua-command")
+
+    def _helper_step(self, job_id: int, command: str, name: str) -> list[str]:
+        """build_command_step_argv with env and srun resolved (SlurmError if not found)."""
         return slurm_argv.build_command_step_argv(
-            job_id=job_id, command=command, srun_path=self._srun, srun_args=self._srun_args)
+            job_id=job_id, command=command, env_path=self._program("env"),
+            srun=[self._program(self._srun), *self._srun_args], name=name)
+
+    def _program(self, name: str) -> str:
+        """The absolute path of the program `name` (procs.resolve_program: the anchor's
+        PATH, absolute entries only), found once; SlurmError when there is none."""
+        path = self._paths.get(name)
+        if path is None:
+            try:
+                path = self._paths[name] = procs.resolve_program(name, os.environ)
+            except OSError as exc:
+                raise SlurmError(f"cannot run {name}: {exc.strerror}") from exc
+        return path
 
     # ---- plumbing ---------------------------------------------------------------------------
     def _start_version_probe(self) -> None:

@@ -1,6 +1,10 @@
 """Helper steps beside a running container's step, on its node: what `ps` and `exec`
 run there (the node's OCI runtime on the container's id on the node, derived from
 oci.conf's RunTimeKill by argv.node_runtime_command), and the container step's id.
+
+The scripts here run on a compute node, through argv.build_node_step_argv, which puts
+argv.NODE_PATH_PROLOGUE first: their programs (the runtime, sleep, sed, head, cat, tr,
+id) are found in the absolute entries of the node's PATH only (see slurm/argv.py).
 """
 
 from __future__ import annotations
@@ -89,33 +93,35 @@ def step_argv(job_id: int, command: str, *, srun: Sequence[str], name: str,
                                            name=name, nodelist=nodelist, pty=pty)
 
 
-def step_nodelist(job_id: int, step_id: int, env: dict[str, str]) -> str | None:
-    """The nodes of step `job_id`.`step_id` as squeue writes them (`n[1-3]`); None when
-    squeue does not say (no such step, squeue failed)."""
+def _query(argv: list[str], env: dict[str, str]) -> str | None:
+    """squeue's stdout (stderr apart); None when it fails, times out or is not found.
+    squeue is run by the absolute path procs.resolve_program finds in `env`'s PATH."""
     import subprocess
 
-    argv = slurm_argv.build_step_nodes_argv(job_id, step_id)
-    try:
-        res = subprocess.run(argv, env=env, capture_output=True, text=True,
-                             timeout=QUERY_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    lines = res.stdout.split()
-    return lines[0] if res.returncode == 0 and len(lines) == 1 else None
-
-
-def container_step_id(job_id: int, env: dict[str, str]) -> int | None:
-    """The id of the job's container step (named scrun) from squeue; None if none."""
-    import subprocess
-
-    from scrun_py.slurm import parse
-    from scrun_py.slurm.options import JOB_NAME
+    from scrun_py.base import procs
 
     try:
-        res = subprocess.run(slurm_argv.build_step_list_argv(job_id), env=env,
+        res = subprocess.run(argv, executable=procs.resolve_program(argv[0], env), env=env,
                              capture_output=True, text=True, timeout=QUERY_TIMEOUT_S,
                              check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    ids = parse.parse_step_ids(res.stdout, JOB_NAME)
-    return max(ids) if res.returncode == 0 and ids else None
+    return res.stdout if res.returncode == 0 else None
+
+
+def step_nodelist(job_id: int, step_id: int, env: dict[str, str]) -> str | None:
+    """The nodes of step `job_id`.`step_id` as squeue writes them (`n[1-3]`); None when
+    squeue does not say (no such step, squeue failed)."""
+    out = _query(slurm_argv.build_step_nodes_argv(job_id, step_id), env)
+    lines = (out or "").split()
+    return lines[0] if len(lines) == 1 else None
+
+
+def container_step_id(job_id: int, env: dict[str, str]) -> int | None:
+    """The id of the job's container step (named scrun) from squeue; None if none."""
+    from scrun_py.slurm import parse
+    from scrun_py.slurm.options import JOB_NAME
+
+    ids = parse.parse_step_ids(_query(slurm_argv.build_step_list_argv(job_id), env) or "",
+                               JOB_NAME)
+    return max(ids) if ids else None

@@ -1,7 +1,7 @@
 """The salloc that holds a container's job: its command prints the job environment,
 then waits for the anchor to send the container's exit code, so the job ends
 COMPLETED/FAILED (not CANCELLED) with it; if the anchor dies, the command runs the
-abandon script first (argv.HOLDER_SCRIPT).  Used by the CLI backend (cli_backend.py).
+abandon script first (argv.holder_script).  Used by the CLI backend (cli_backend.py).
 """
 
 from __future__ import annotations
@@ -116,16 +116,16 @@ class SallocHolder:
         anchor does meanwhile is off `create`'s critical path), `req.on_pending` once
         salloc says slurmctld queued the job."""
         env = req.env
-        if req.abandon_file is not None:  # the holder script runs it (argv.HOLDER_SCRIPT)
+        if req.abandon_file is not None:  # the holder script runs it (argv.holder_script)
             env = {**env, slurm_argv.ABANDON_ENV: req.abandon_file}
-        argv = slurm_argv.build_salloc_argv(req.opts, self._salloc)
         self.job_dir = salloc_cwd(req.opts)
+        argv = self._argv(req.opts, env)
         # salloc's stderr goes to an unlinked file, not a pipe: if the anchor dies, a
         # salloc writing to a broken pipe spins at 100% CPU forever (seen on 22.05).
         # Kept open for the allocation's lifetime (polled), closed by release.
         err_file = unlinked_file()
         try:
-            # spawn finds salloc (absolute PATH entries only) before it enters job_dir
+            # salloc is absolute (_argv): spawn runs it, then enters job_dir
             proc = procs.spawn(argv, env, stderr=err_file.fileno(), cwd=self.job_dir)
         except OSError as exc:
             err_file.close()
@@ -151,6 +151,18 @@ class SallocHolder:
             alloc.job_id = job_id
             req.on_job_id(job_id)
         return alloc
+
+    def _argv(self, opts: Sequence[str], env: dict[str, str]) -> list[str]:
+        """salloc's argv, salloc and the env its holder script runs named by the absolute
+        paths procs.resolve_program finds now (`env`'s PATH, absolute entries only): the
+        script runs in the job's directory, which the image may choose."""
+        paths = []
+        for name, program in (("salloc", self._salloc), ("env", "env")):
+            try:
+                paths.append(procs.resolve_program(program, env))
+            except OSError as exc:
+                raise AllocationFailed(f"cannot run {name}: {exc.strerror}") from exc
+        return slurm_argv.build_salloc_argv(opts, paths[1], paths[0])
 
     def _job_env_of(self, proc: procs.Spawned, reader: StderrFile, req: AllocRequest,
                     cancel: Cancel) -> dict[str, str]:

@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from scrun_py.base import procs
 from scrun_py.base.errors import AllocationFailed, StepLaunchFailed
 from scrun_py.base.threads import Cancel, Cancelled
 from scrun_py.oci.bundle import bundle_rootfs_problem
 from scrun_py.slurm import cli_backend, salloc_holder
+from scrun_py.slurm.argv import NODE_PATH_PROLOGUE
 from scrun_py.slurm.backend import Allocation, AllocRequest, StepRequest
 from scrun_py.slurm.cli_backend import CliSlurm
 
@@ -225,7 +227,7 @@ class TestStep:
         body()
         assert logged(bin_dir)[-1].startswith(
             "srun --jobid=55 --job-name=scrun-signal --no-kill --quiet --ntasks-per-node=1 "
-            "--overlap -- /bin/sh -c d=")
+            f"--overlap -- /bin/sh -c {NODE_PATH_PROLOGUE}d=")
         assert ' crun --root=/r kill "${SLURMD_NODENAME}"."$(id -un)".55.2."$t" 10 && ' \
             in logged(bin_dir)[-1]
 
@@ -286,17 +288,23 @@ class TestStep:
         assert kill is not None
         assert kill[-1].endswith(" 9")
         assert backend(bin_dir, kill="crun kill %x").kill_argv(55, 2) is None
-        assert ["/bin/sh", "-c", "hostname"] == slurm.command_argv(55, "hostname")[-3:]
+        assert ["/bin/sh", "-c", f"{NODE_PATH_PROLOGUE}hostname"] == slurm.command_argv(
+            55, "hostname")[-3:]
+        assert [procs.resolve_program("env", os.environ), "-u", "SLURM_NTASKS", "-u",
+                "SLURM_NPROCS", str(bin_dir / "srun")] == slurm.command_argv(55, "x")[:6]
 
     def test_abandon_script(self, bin_dir: Path) -> None:
-        """The kill command under a 30 s timeout, for the most tasks a node of the
-        allocation has (SLURM_TASKS_PER_NODE); None where the kill cannot be built."""
+        """The kill command under a 30 s timeout (by its absolute path), for the most
+        tasks a node of the allocation has (SLURM_TASKS_PER_NODE); None where the kill
+        cannot be built."""
         import shlex
 
         alloc = Allocation(55, {"SLURM_TASKS_PER_NODE": "1,3(x2)"}, True)
         kill = backend(bin_dir).kill_argv(55, 2, 3)
         assert kill is not None
-        assert f"timeout 30 {shlex.join(kill)}\n" == backend(bin_dir).abandon_script(alloc, 2)
+        timeout = procs.resolve_program("timeout", os.environ)
+        assert f"{timeout} 30 {shlex.join(kill)}\n" == backend(bin_dir).abandon_script(
+            alloc, 2)
         assert kill != backend(bin_dir).kill_argv(55, 2, 1)
         assert backend(bin_dir, kill="crun kill %x").abandon_script(alloc, 2) is None
 

@@ -13,6 +13,7 @@ import pytest
 
 from scrun_py.base.errors import ScrunError
 from scrun_py.commands import exec as exec_verb
+from scrun_py.slurm.argv import NODE_PATH_PROLOGUE
 from tests.unit.cli_run import run
 from tests.unit.test_ps import World
 
@@ -50,7 +51,7 @@ class TestStep:
                 "--ntasks=1", "--relative=0", "--", "/bin/sh", "-c"] == argv[:-1]
         cid = '"${SLURMD_NODENAME}"."$(id -un)".42.3.0'
         crun = 'crun --rootless=true --root=/tmp/ocistate-"$(id -un)"'
-        assert ("n=0\n"
+        assert (f"{NODE_PATH_PROLOGUE}n=0\n"
                 f"until {crun} state {cid} >/dev/null 2>&1 || [ $n -ge 100 ]; do sleep 0.1; "
                 "n=$((n+1)); done\n"
                 f"exec {crun} exec --env=PATH=/bin --env=A=1 --cwd=/ {cid} sh -c "

@@ -11,6 +11,7 @@ import pytest
 from scrun_py.commands import ps
 from scrun_py.container import spool, store
 from scrun_py.slurm import node_step
+from scrun_py.slurm.argv import NODE_PATH_PROLOGUE
 from tests.unit.cli_run import run
 
 KILL = "crun --rootless=true --root=/tmp/ocistate-%u kill %n.%u.%j.%s.%t"
@@ -77,7 +78,7 @@ class TestPs:
         argv = world.argv()
         assert ["--jobid=42", "--job-name=scrun-ps", "--overlap", "--quiet",
                 "--nodes=1", "--ntasks=1", "--relative=0", "--", "/bin/sh", "-c"] == argv[:-1]
-        assert argv[-1] == node_step._PS_SCRIPT.format(ps=
+        assert argv[-1] == NODE_PATH_PROLOGUE + node_step._PS_SCRIPT.format(ps=
             'crun --rootless=true --root=/tmp/ocistate-"$(id -un)" ps --format json '
             '"${SLURMD_NODENAME}"."$(id -un)".42.3.0',
             state='crun --rootless=true --root=/tmp/ocistate-"$(id -un)" state '

@@ -7,6 +7,7 @@ against pyslurm itself (tests/e2e/test_backend_contract.py)."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
@@ -159,13 +160,17 @@ class TestThroughPyslurm:
         assert be.step_id(6, lambda: False) is None  # no step, and it no longer runs
         assert [] == rec.ran
 
-    def test_signal_through_the_runtime_first(self, slurm: StandIn) -> None:
-        be, rec = backend(slurm, [], runtime_kill="crun kill %n.%u.%j.%s.%t")
+    def test_signal_through_the_runtime_first(self, slurm: StandIn, tmp_path: Path) -> None:
+        srun = tmp_path / "srun"
+        srun.write_text("#!/bin/sh\n")
+        srun.chmod(0o755)
+        be, rec = backend(slurm, [], runtime_kill="crun kill %n.%u.%j.%s.%t",
+                          srun_path=str(srun))
         be.signal(5, 2, 10, {}, lambda: False)  # the helper step failed, the step has gone
         assert 1 == len(rec.ran)
         assert rec.ran[0].startswith(
-            "/usr/bin/env -u SLURM_NTASKS -u SLURM_NPROCS srun --jobid=5 "
-            "--job-name=scrun-signal")
+            f"{procs.resolve_program('env', os.environ)} -u SLURM_NTASKS -u SLURM_NPROCS "
+            f"{srun} --jobid=5 --job-name=scrun-signal")
         assert [] == slurm.calls
 
     def test_signal_without_runtime_kill(self, slurm: StandIn) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import shlex
 import subprocess
 import sys
 from collections.abc import Callable
@@ -85,13 +86,13 @@ def golden(capsys: pytest.CaptureFixture[str]) -> Callable[[str, str, Rendered],
 
 CASES: dict[str, tuple[str, Callable[[], Rendered]]] = {
     "salloc_default": (
-        "build_salloc_argv([])",
-        lambda: slurm_argv.build_salloc_argv([])),
+        "build_salloc_argv([], '/usr/bin/env')",
+        lambda: slurm_argv.build_salloc_argv([], "/usr/bin/env")),
     "salloc_options": (
         "build_salloc_argv(['--partition=debug', '--time=10', '--chdir=/w'], "
-        "salloc='/usr/bin/salloc')",
+        "'/opt/core utils/env', salloc='/usr/bin/salloc')",
         lambda: slurm_argv.build_salloc_argv(["--partition=debug", "--time=10", "--chdir=/w"],
-                                             salloc="/usr/bin/salloc")),
+                                             "/opt/core utils/env", salloc="/usr/bin/salloc")),
     "srun_container_id": (
         "build_srun_argv(StepRequest(job_id=42, container_id='c1', bundle='/b/c1', "
         "args=['sh', '-c', 'echo hi'], env={}))",
@@ -120,15 +121,18 @@ CASES: dict[str, tuple[str, Callable[[], Rendered]]] = {
                         step_opts=["--mpi=pmix", "--label"], pty=True),
             srun_path="/opt/slurm/bin/srun", srun_args=["--verbose", "--mem-bind=local"])),
     "command_step_default": (
-        "build_command_step_argv(job_id=42, command='mkdir -p /scratch/x')",
-        lambda: slurm_argv.build_command_step_argv(job_id=42, command="mkdir -p /scratch/x")),
+        "build_command_step_argv(job_id=42, command='mkdir -p /scratch/x', "
+        "env_path='/usr/bin/env', srun=['/usr/bin/srun'])",
+        lambda: slurm_argv.build_command_step_argv(job_id=42, command="mkdir -p /scratch/x",
+                                                   env_path="/usr/bin/env",
+                                                   srun=["/usr/bin/srun"])),
     "command_step_custom": (
         "build_command_step_argv(job_id=42, command='echo \"$SLURMD_NODENAME\"', "
-        "srun_path='/opt/slurm/bin/srun', srun_args=['--verbose'], name='scrun-signal', "
-        "overlap=False)",
+        "env_path='/bin/env', srun=['/opt/slurm/bin/srun', '--verbose'], "
+        "name='scrun-signal', overlap=False)",
         lambda: slurm_argv.build_command_step_argv(
-            job_id=42, command='echo "$SLURMD_NODENAME"', srun_path="/opt/slurm/bin/srun",
-            srun_args=["--verbose"], name="scrun-signal", overlap=False)),
+            job_id=42, command='echo "$SLURMD_NODENAME"', env_path="/bin/env",
+            srun=["/opt/slurm/bin/srun", "--verbose"], name="scrun-signal", overlap=False)),
     "version": (
         "build_version_argv('/opt/slurm/bin/srun')",
         lambda: slurm_argv.build_version_argv("/opt/slurm/bin/srun")),
@@ -283,13 +287,32 @@ class TestBuilders:
 
     def test_salloc_forces_job_name_first(self) -> None:
         """salloc always gets --job-name=scrun before the caller's options."""
-        argv = slurm_argv.build_salloc_argv(["--job-name=mine"])
+        argv = slurm_argv.build_salloc_argv(["--job-name=mine"], "/usr/bin/env")
         assert ["salloc", "--job-name=scrun", "--job-name=mine"] == argv[:3]
 
     def test_salloc_shell_is_last(self) -> None:
         """The holder script runs under /bin/sh -c after a `--` separator."""
-        argv = slurm_argv.build_salloc_argv(["--time=1"])
-        assert ["--", "/bin/sh", "-c", slurm_argv.HOLDER_SCRIPT] == argv[-4:]
+        argv = slurm_argv.build_salloc_argv(["--time=1"], "/usr/bin/env")
+        assert ["--", "/bin/sh", "-c", slurm_argv.holder_script("/usr/bin/env")] == argv[-4:]
+
+    @pytest.mark.parametrize("build", [
+        lambda: slurm_argv.holder_script("env"),
+        lambda: slurm_argv.build_command_step_argv(job_id=1, command="x", env_path="env",
+                                                   srun=["/usr/bin/srun"]),
+        lambda: slurm_argv.build_command_step_argv(job_id=1, command="x",
+                                                   env_path="/usr/bin/env", srun=["srun"]),
+    ])
+    def test_programs_run_by_name_must_be_resolved(self, build: Callable[[], object]) -> None:
+        """env in the holder script, env and the srun env runs: only absolute paths (a
+        bare name would be looked up in PATH, in the job's directory for an empty entry)."""
+        with pytest.raises(ValueError, match="must be an absolute path"):
+            build()
+
+    @pytest.mark.parametrize(("word", "quoted"), [
+        ("/usr/bin/env", "/usr/bin/env"), ("/opt/a b/env", "'/opt/a b/env'"),
+        ("/o'q/env", "'/o'\"'\"'q/env'"), ("", "''")])
+    def test_sh_quote_is_shlex_quote(self, word: str, quoted: str) -> None:
+        assert quoted == slurm_argv.sh_quote(word) == shlex.quote(word)
 
     def test_srun_container_args_follow_separator(self) -> None:
         """Container arguments that look like options stay after `--`, untouched."""
