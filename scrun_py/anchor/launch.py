@@ -74,7 +74,7 @@ class EarlyAnchor:
     def fork(cls, slurm_conf: str | None) -> EarlyAnchor | None:
         """Fork the anchor now (`slurm_conf`: create's -f, if given); None when it must
         be a new interpreter (userns_prefix)."""
-        if userns_prefix():
+        if _userns_ids() is not None:
             return None
         ready_read, ready_write = os.pipe2(os.O_CLOEXEC)
         pid, spec_write = _fork(ready_read, ready_write, slurm_conf)
@@ -175,7 +175,7 @@ def start_late(inv: Invocation, spec: AnchorSpec, ready_read: int) -> AnchorProc
     env = None
     if inv.slurm_conf is not None:
         env = {**os.environ, "SLURM_CONF": str(inv.slurm_conf)}
-    prefix = userns_prefix()
+    prefix = _late_prefix()
     if prefix:
         import subprocess
 
@@ -187,8 +187,10 @@ def start_late(inv: Invocation, spec: AnchorSpec, ready_read: int) -> AnchorProc
         stdio = subprocess.DEVNULL if spec.console_socket else None
         spec_read, spec_write = os.pipe2(os.O_CLOEXEC)
         try:
+            argv = late_argv(prefix, spec_read)
             popen = subprocess.Popen(
-                late_argv(prefix, spec_read), pass_fds=(spec.ready_fd, spec_read),
+                argv, executable=procs.resolve_program(argv[0], env),
+                pass_fds=(spec.ready_fd, spec_read),
                 start_new_session=True, close_fds=True, env=env,
                 stdin=stdio, stdout=stdio, stderr=stdio)
         except BaseException:
@@ -240,11 +242,32 @@ def userns_prefix() -> list[str]:
     requests and slurmctld rejects them ("Invalid user id").  In a nested user
     namespace that maps the real uid/gid to namespace 0, the anchor and every Slurm
     command it runs see the real ids.  The pid stays the same (unshare execs).
+
+    unshare is named by its absolute path (procs.resolve_program, this process's PATH,
+    absolute entries only), found when the prefix is needed; OSError (filename
+    "unshare") when there is none.  The program after the prefix must be absolute too:
+    unshare looks a bare name up in PATH, whose empty entry is the current directory.
     """
+    ids = _userns_ids()
+    if ids is None:
+        return []
+    unshare = procs.resolve_program("unshare", os.environ)
+    return [unshare, "--user", f"--map-user={ids[0]}", f"--map-group={ids[1]}", "--"]
+
+
+def _userns_ids() -> tuple[int, int] | None:
+    """The real uid and gid when we are root only inside a user namespace, else None."""
     if os.getuid() != 0:
-        return []
+        return None
     uid = procs.ns_root_host_id("uid")
-    gid = procs.ns_root_host_id("gid")
     if uid == 0:
-        return []
-    return ["unshare", "--user", f"--map-user={uid}", f"--map-group={gid}", "--"]
+        return None
+    return uid, procs.ns_root_host_id("gid")
+
+
+def _late_prefix() -> list[str]:
+    """userns_prefix, its OSError naming unshare (create's message gives only strerror)."""
+    try:
+        return userns_prefix()
+    except OSError as exc:
+        raise OSError(exc.errno, f"{exc.filename}: {exc.strerror}") from exc

@@ -95,16 +95,24 @@ class NodeTarget:
         """srun's argv on `nodelist`, by default the first node of the container's step,
         where its task 0 runs (`--relative=0` when squeue does not say: on 24.11 srun
         did not always honour it); as root of a user namespace (rootless podman) behind
-        the anchor's `unshare` prefix, so that Slurm sees the real uid."""
+        the anchor's `unshare` prefix, so that Slurm sees the real uid.  srun and unshare
+        are named by their absolute paths (procs.resolve_program): unshare would look
+        srun up in PATH, whose empty or relative entries name the caller's directory."""
         from scrun_py.anchor.launch import userns_prefix
+        from scrun_py.base import procs
         from scrun_py.slurm.node_step import step_argv
 
         if nodelist is None:
             found = self.step_nodes()
             nodelist = found[1][0] if found and found[1] else None
-        return [*userns_prefix(), *step_argv(
-            self.record.job_id, command, srun=[self.srun_path, *self.srun_args],
-            name=f"scrun-{self.verb}", pty=pty, nodelist=nodelist)]
+        try:
+            prefix = userns_prefix()
+            srun = procs.resolve_program(self.srun_path, self.env())
+        except OSError as exc:
+            raise ScrunError(f"{self.verb}: cannot run {exc.filename}: "
+                             f"{exc.strerror}") from None
+        return [*prefix, *step_argv(self.record.job_id, command, srun=[srun, *self.srun_args],
+                                    name=f"scrun-{self.verb}", pty=pty, nodelist=nodelist)]
 
 
 def running_record(inv: Invocation, container_id: str) -> ContainerRecord:
@@ -119,12 +127,15 @@ def running_record(inv: Invocation, container_id: str) -> ContainerRecord:
 def pids(inv: Invocation, container_id: str) -> list[int]:
     import subprocess
 
+    from scrun_py.base import procs
     from scrun_py.slurm.node_step import ps_script
 
     target = NodeTarget(inv, running_record(inv, container_id), verb="ps")
     argv = target.step_argv(target.derived(lambda: ps_script(target.runtime)))
     try:
-        res = subprocess.run(argv, env=target.env(), capture_output=True, text=True,
+        # argv[0] is absolute (step_argv): resolve_program returns it, checked
+        res = subprocess.run(argv, executable=procs.resolve_program(argv[0], target.env()),
+                             env=target.env(), capture_output=True, text=True,
                              timeout=STEP_TIMEOUT_S, stdin=subprocess.DEVNULL, check=False)
     except subprocess.TimeoutExpired:
         raise ScrunError(f"ps: no answer from the node in {STEP_TIMEOUT_S:.0f}s") from None
