@@ -94,10 +94,18 @@ def time_str2mins(text: str | None) -> int:
 # -- shell commands -------------------------------------------------------------------------
 
 def command_env(env: Mapping[str, str]) -> dict[str, str]:
-    """The job env, plus our own PATH when the job env has none (so ``/bin/sh`` finds tools)."""
+    """The job env, plus our own PATH when the job env has none (so ``/bin/sh`` finds
+    tools), with the absolute entries of that PATH only: the commands the script gives
+    run under ``/bin/sh -c`` on the login node (or srun, through that shell), and an
+    empty or relative entry would name the directory they run in (os.defpath when none
+    is left: an empty PATH is the current directory to the shell)."""
     merged = dict(env)
     if "PATH" not in merged and "PATH" in os.environ:
         merged["PATH"] = os.environ["PATH"]
+    if "PATH" in merged:
+        merged["PATH"] = os.pathsep.join(
+            entry for entry in merged["PATH"].split(os.pathsep)
+            if os.path.isabs(entry)) or os.defpath
     return merged
 
 

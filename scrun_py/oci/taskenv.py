@@ -180,10 +180,29 @@ def main(argv: Sequence[str]) -> int:
         # the container still runs, as it would without this helper
         print(f"taskenv: warning: task variables not added: {exc}", file=sys.stderr)
     try:
-        os.execvp(command[0], command)
+        os.execv(_resolve_program(command[0]), command)
     except OSError as exc:
         print(f"taskenv: cannot run {command[0]}: {exc.strerror}", file=sys.stderr)
     return 127
+
+
+def _resolve_program(name: str) -> str:
+    """The program to run for `name`: itself when it names a path, else the first
+    executable file of that name in an absolute entry of PATH (os.defpath's when PATH is
+    unset).  An empty or relative entry is skipped: it names a directory relative to
+    the step's working directory, which the image chooses.  (base/procs.py has the
+    login node's resolver; this file runs on nodes without scrun-py.)
+    FileNotFoundError when there is none."""
+    import errno
+
+    if "/" in name:
+        return name
+    for entry in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        path = os.path.join(entry, name)
+        if os.path.isabs(entry) and os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    raise FileNotFoundError(errno.ENOENT, "not found on PATH (relative PATH entries are "
+                                          "ignored)", name)
 
 
 if __name__ == "__main__":

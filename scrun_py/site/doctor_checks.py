@@ -13,7 +13,6 @@ when `doctor` starts, and share one deadline (PROBE_TIMEOUT_S): when nothing ans
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -54,6 +53,18 @@ def _run(argv: list[str], timeout_s: float = PROBE_TIMEOUT_S, stdin: bytes | Non
     if res.timed_out:
         return res.status, f"{' '.join(argv[:2])}: no answer within {timeout_s:.1f}s"
     return res.status, res.text.strip()
+
+
+def _resolve_program(name: str) -> str | None:
+    """The program scrun-py would run for `name` (procs.resolve_program: absolute PATH
+    entries only), None when there is none: shutil.which would also find one through an
+    empty or relative PATH entry, which scrun-py never uses."""
+    from scrun_py.base import procs
+
+    try:
+        return procs.resolve_program(name, os.environ)
+    except OSError:
+        return None
 
 
 class _Probe:
@@ -104,7 +115,7 @@ class Doctor:
         self._unmunged = False  # set once munge -n has given a credential
         from scrun_py.slurm.argv import CLIENT_COMMANDS
 
-        self._missing = [c for c in CLIENT_COMMANDS if shutil.which(c) is None]
+        self._missing = [c for c in CLIENT_COMMANDS if _resolve_program(c) is None]
         self._conf_problem = self._slurm_conf_problem()
 
     def _slurm_conf_problem(self) -> str:
@@ -162,8 +173,9 @@ class Doctor:
 
         work: dict[str, Callable[[], tuple[int, str]]] = {
             "munge": munge,
+            # unshare runs `true` by the absolute path it is given, never by a PATH search
             "unshare": lambda: self._command(["unshare", "--user", "--map-root-user",
-                                              "true"]),
+                                              _resolve_program("true") or "/bin/true"]),
             "docker": lambda: self._command(["docker", "info", "--format",
                                              "{{json .Runtimes}}"]),
         }
@@ -409,7 +421,7 @@ class Doctor:
                                               "(see the oci.conf check)")
         if not cmd:
             return Check("OCI runtime", WARN, "no RunTimeRun/RunTimeCreate to inspect")
-        found = shutil.which(cmd)
+        found = _resolve_program(cmd)
         if found is None:
             return Check("OCI runtime", FAIL, f"{cmd}: not installed on this node (not on "
                                               "PATH)",
