@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import sys
 
+from scrun_py.base import procs
 from scrun_py.base.errors import ScrunError
 from scrun_py.base.layout import CREATED, RUNNING, STOPPED
 from scrun_py.base.records import NamedTuple
@@ -224,14 +225,16 @@ def supervise(argv: list[str], env: dict[str, str], *, slave: int | None = None)
     for name in FORWARDED:
         signal.signal(getattr(signal, name), forward)
     relay = StderrRelay(2) if slave is None else None
+    program = procs.resolve_program(argv[0], env)  # absolute already: never the cwd's
     try:
         if slave is not None:
-            proc = subprocess.Popen(argv, env=env, stdin=slave, stdout=slave, stderr=slave,
-                                    start_new_session=True)
+            proc = subprocess.Popen(argv, executable=program, env=env, stdin=slave,
+                                    stdout=slave, stderr=slave, start_new_session=True)
             os.close(slave)
         else:
             assert relay is not None
-            proc = subprocess.Popen(argv, env=env, stderr=relay.write_fd)
+            proc = subprocess.Popen(argv, executable=program, env=env,
+                                    stderr=relay.write_fd)
             relay.start()
         child.append(proc)
         while True:

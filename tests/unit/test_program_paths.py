@@ -82,10 +82,6 @@ NOT_FOLLOWED = {
     ("scrun_py/hooks/lua.py", "_allocator_command", "script"):
         "the site's Lua command: hooks/_builtins.py command_env gives its shell a PATH "
         "of absolute entries only (test_planted_programs checks it)",
-    ("scrun_py/commands/exec.py", "supervise", "program"):
-        "argv from commands/ps.py NodeTarget.step_argv, whose head is absolute (unshare "
-        "or srun, resolved there); passing executable=procs.resolve_program(argv[0], "
-        "env) would let the scan see it",
 }
 
 
