@@ -4,11 +4,14 @@ A directory without a record and without an anchor socket is what a create that 
 half-way leaves: it is removed when it holds only what scrun-py puts there, and with
 --force an id that is not there at all is a success (what runc does).  A container
 whose anchor runs is deleted by the anchor (it ends the step and the job); one whose
-anchor died is cleaned up here.
+anchor died is cleaned up here.  A directory is never removed under a live anchor: one
+that neither answers nor exits is killed (SIGKILL, its job cancelled) and waited for,
+and when it still runs delete fails and keeps the directory.
 """
 
 from __future__ import annotations
 
+import os
 import time
 
 from scrun_py.base.errors import (
@@ -26,6 +29,8 @@ if TYPE_CHECKING:
     from scrun_py.base.invocation import Invocation
 
 ANCHOR_EXIT_WAIT_S = 15.0
+#: how long delete waits for an anchor it has killed to be gone
+KILLED_EXIT_WAIT_S = 5.0
 
 
 def run(inv: Invocation, container_id: str, force: bool) -> None:
@@ -61,9 +66,10 @@ def _delete(inv: Invocation, container: Container, force: bool) -> None:
             container.request("delete", None, force=force)
         except AnchorUnreachable:
             pass
-        _wait_anchor_exit(record)
-        if not force and status == RUNNING and container.anchor_alive(record):
-            raise ContainerStillRunning(container.id)  # alive, yet it does not answer
+        if not _wait_anchor_exit(record, ANCHOR_EXIT_WAIT_S):
+            if not force and status == RUNNING:
+                raise ContainerStillRunning(container.id)  # alive, yet it does not answer
+            _kill_anchor(container, record)
     else:
         _clean_after_dead_anchor(record)
     if record.pid_file and record.anchor_pid:
@@ -85,10 +91,55 @@ def run_matching(inv: Invocation, pattern: str, force: bool) -> None:
             inv.note("warning", f"delete {container_id}: {exc}", container_id=container_id)
 
 
-def _wait_anchor_exit(record: ContainerRecord) -> None:
-    deadline = time.monotonic() + ANCHOR_EXIT_WAIT_S
-    while Container.anchor_alive(record) and time.monotonic() < deadline:
+def _wait_anchor_exit(record: ContainerRecord, timeout_s: float) -> bool:
+    """Whether the record's anchor is gone (a zombie is), waiting up to `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while Container.anchor_alive(record):
+        if time.monotonic() >= deadline:
+            return False
         time.sleep(0.02)
+    return True
+
+
+def _kill_anchor(container: Container, record: ContainerRecord) -> None:
+    """The anchor runs, yet it did not answer and did not exit: SIGKILL it, cancel its
+    job, and wait for it to be gone.  ScrunError, the directory kept, when it cannot be
+    killed or still runs after KILLED_EXIT_WAIT_S."""
+    pid = record.anchor_pid
+    try:
+        _sigkill(record)
+    except OSError as exc:
+        raise ScrunError(f"container anchor (pid {pid}) does not answer and cannot be "
+                         f"killed: {exc.strerror or exc}: keeping {container.dir}") from None
+    _clean_after_dead_anchor(record)
+    if not _wait_anchor_exit(record, KILLED_EXIT_WAIT_S):
+        raise ScrunError(f"container anchor (pid {pid}) does not answer and still runs "
+                         f"{KILLED_EXIT_WAIT_S:g} s after SIGKILL: keeping {container.dir}")
+
+
+def _sigkill(record: ContainerRecord) -> None:
+    """SIGKILL the anchor the record names, if it still runs.  Its start time is checked
+    through a pidfd opened first, so that a process given its pid in between is never
+    the one signalled (os.kill after the check where there is no pidfd)."""
+    import signal
+
+    from scrun_py.base.signames import SIGKILL
+
+    try:
+        pidfd = os.pidfd_open(record.anchor_pid)
+    except ProcessLookupError:
+        return  # gone
+    except OSError:  # no pidfd (a kernel before 5.3, a seccomp filter)
+        if Container.anchor_alive(record):
+            os.kill(record.anchor_pid, SIGKILL)
+        return
+    try:
+        if Container.anchor_alive(record):
+            signal.pidfd_send_signal(pidfd, SIGKILL)
+    except ProcessLookupError:
+        pass
+    finally:
+        os.close(pidfd)
 
 
 def _clean_after_dead_anchor(record: ContainerRecord) -> None:
