@@ -170,16 +170,27 @@ def read(path: str, limit: int, what: str) -> bytes:
 
 def check_writable(path: str) -> None:
     """Refuse (OSError) a `path` that a write by rename would replace but that is no
-    regular file: a FIFO, socket, device or directory planted there.  A symbolic link is
-    fine: rename replaces the link itself, never what it points to."""
+    regular file or symbolic link (a FIFO, socket, device or directory planted there),
+    or that belongs to another user who does not own its directory (what another user
+    put in /tmp: the kernel would refuse the rename later, after the job was granted).
+    A link of the caller's is fine: rename replaces the link, never what it points to."""
     import stat
 
+    head, name = os.path.split(path)
+    dfd = os.open(head or ".", _DIR_FLAGS)
     try:
-        st = os.stat(path, follow_symlinks=False)
-    except FileNotFoundError:
-        return
-    if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
-        raise _refused(path, f"{kind(st.st_mode)}, not a regular file")
+        try:
+            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        except FileNotFoundError:
+            return
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+            raise _refused(path, f"{kind(st.st_mode)}, not a regular file")
+        euid = os.geteuid()
+        if st.st_uid not in (euid, os.fstat(dfd).st_uid):
+            raise _refused(path, f"{kind(st.st_mode)} of uid {st.st_uid}, who owns neither "
+                                 f"it nor its directory for uid {euid}")
+    finally:
+        os.close(dfd)
 
 
 def remove(path: str, expect: bytes | None = None) -> bool:

@@ -167,6 +167,19 @@ class TestCheckWritable:
         for name in ("link", "file", "missing"):  # a link is replaced by rename
             callerpath.check_writable(str(tmp_path / name))
 
+    @as_root
+    def test_other_users_entry(self, tmp_path: Path) -> None:
+        """Another user's link or file in a directory they do not own: refused now, not
+        when the anchor renames over it once the job is granted."""
+        _other_link(tmp_path / "link", "/dev/zero")
+        (tmp_path / "file").write_text("")
+        os.chown(tmp_path / "file", OTHER_UID, OTHER_UID)
+        for name, what in (("link", "a symbolic link"), ("file", "a regular file")):
+            with pytest.raises(callerpath.Refused) as info:
+                callerpath.check_writable(str(tmp_path / name))
+            assert (f"{what} of uid 4242, who owns neither it nor its directory for uid 0: "
+                    "refusing it") == info.value.strerror
+
 
 class TestRemove:
     def test_removes_own_file_holding_what_was_written(self, tmp_path: Path) -> None:

@@ -40,7 +40,9 @@ KINDS = ("missing", "regular", "own-symlink", "fifo", "directory", "socket", "de
 #: what a --log or a --pid-file of each kind does (base/callerpath): refused at once, or used
 LOG_REFUSED = {"fifo", "directory", "socket", "dev-zero", "foreign-symlink",
                "dangling-symlink"}
-PID_REFUSED = {"fifo", "directory", "socket", "dev-zero"}  # a symlink is replaced (rename)
+#: the caller's own symlink is replaced (rename); another user's is refused at create
+PID_REFUSED = {"fifo", "directory", "socket", "dev-zero", "foreign-symlink",
+               "dangling-symlink"}
 TARGET = b"precious: the victim's file\n"
 TIMEOUT_S = 20.0
 FUZZ = settings(derandomize=True, max_examples=30, deadline=None, database=None,
