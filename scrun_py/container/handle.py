@@ -567,13 +567,7 @@ class Container:
         if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.geteuid():
             raise PermissionDenied(NOT_OWNER)
         try:
-            sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
-            sock.settimeout(CONNECT_TIMEOUT_S)
-            try:
-                sock.connect(f"/proc/self/fd/{fd}/{SOCKET_NAME}")
-            except OSError:
-                sock.close()
-                raise
+            sock = _connect(f"/proc/self/fd/{fd}/{SOCKET_NAME}")
         except OSError as exc:
             if exc.errno in (errno.EACCES, errno.EPERM):
                 raise PermissionDenied(NOT_OWNER) from exc
@@ -586,3 +580,25 @@ class Container:
             sock.close()
             raise PermissionDenied(NOT_OWNER)
         return sock
+
+
+def _connect(address: str) -> Any:
+    """A unix stream socket connected to `address`.  A listener whose queue is full (a
+    flood of connections from the caller's own processes) answers EAGAIN at once: the
+    connection is tried again for up to CONNECT_TIMEOUT_S, as the anchor makes room."""
+    import _socket
+    import errno
+    import time
+
+    deadline = time.monotonic() + CONNECT_TIMEOUT_S
+    while True:
+        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
+        sock.settimeout(CONNECT_TIMEOUT_S)
+        try:
+            sock.connect(address)
+            return sock
+        except OSError as exc:
+            sock.close()
+            if exc.errno != errno.EAGAIN or time.monotonic() >= deadline:
+                raise
+        time.sleep(0.02)
