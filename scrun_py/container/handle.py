@@ -551,9 +551,6 @@ class Container:
         --root of any length fits in sun_path.  The socket must be a socket of the
         caller's in the checked directory, and the process that listens on it must run
         as the caller (SO_PEERCRED): otherwise PermissionDenied, and nothing is sent."""
-        # the C module: socket.py's wrapper imports selectors and enum (5 ms of a `start`
-        # of 20); a request needs none of its additions
-        import _socket
         import errno
         import stat
 
@@ -585,7 +582,9 @@ class Container:
 def _connect(address: str) -> Any:
     """A unix stream socket connected to `address`.  A listener whose queue is full (a
     flood of connections from the caller's own processes) answers EAGAIN at once: the
-    connection is tried again for up to CONNECT_TIMEOUT_S, as the anchor makes room."""
+    connection is tried again for up to CONNECT_TIMEOUT_S, as the anchor makes room.
+    The C module: socket.py's wrapper imports selectors and enum (5 ms of a `start` of
+    20); a request needs none of its additions."""
     import _socket
     import errno
     import time
