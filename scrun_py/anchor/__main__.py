@@ -35,9 +35,9 @@ def _logger(spec: AnchorSpec, environ: dict[str, str],
 def _prepare(spec: AnchorSpec, log: Logger) -> Lifecycle:
     """Everything that can fail before anything exists in Slurm (raises ScrunError).
     Moves `log` to the levels oci.conf and the bundle's environment ask for."""
-    from scrun_py.anchor.container import Container
     from scrun_py.anchor.handoff import BundleInfo, RuntimeSettings
     from scrun_py.anchor.lifecycle import Lifecycle
+    from scrun_py.anchor.supervised import SupervisedContainer
     from scrun_py.base.errors import ScrunError
     from scrun_py.hooks.interface import load_hooks
     from scrun_py.slurm import choice
@@ -73,7 +73,7 @@ def _prepare(spec: AnchorSpec, log: Logger) -> Lifecycle:
     job_opts = job_options(environ)
     for name in job_opts.ignored:
         log.warning(ignored_warning(name), variable=name)
-    return Lifecycle(Container(spec, bundle, hooks, environ, log), backend, job_opts,
+    return Lifecycle(SupervisedContainer(spec, bundle, hooks, environ, log), backend, job_opts,
                      alloc_timeout)
 
 
@@ -81,14 +81,14 @@ def _run(spec: AnchorSpec, log: Logger) -> int:
     from scrun_py.anchor import signals
     from scrun_py.anchor.server import ControlServer
     from scrun_py.base.errors import ScrunError, error_kind
-    from scrun_py.container import spool
+    from scrun_py.container import rootdir, spool
 
     cdir = spool.container_dir(spec.root, spec.container_id)
     try:
         lc = _prepare(spec, log)
     except ScrunError as exc:
         log.info("create failed", error=str(exc))
-        spool.remove_tree(cdir)
+        rootdir.remove_tree(cdir)
         readiness.write_failed(spec.ready_fd, error_kind(exc), str(exc))
         return 1
     signals.install(lc)
@@ -99,7 +99,7 @@ def _run(spec: AnchorSpec, log: Logger) -> int:
         server.start()
     except OSError as exc:
         failure = ScrunError(f"cannot listen on the control socket: {exc.strerror}")
-        spool.remove_tree(cdir)
+        rootdir.remove_tree(cdir)
     if failure is None:
         failure = lc.create()
     if failure is not None:
@@ -121,10 +121,10 @@ def _run(spec: AnchorSpec, log: Logger) -> int:
 def preload() -> None:
     """Import what the anchor runs on (a forked anchor does this while create still
     validates)."""
-    import scrun_py.anchor.container
     import scrun_py.anchor.lifecycle
     import scrun_py.anchor.server
     import scrun_py.anchor.signals
+    import scrun_py.anchor.supervised
     import scrun_py.hooks.lua
     import scrun_py.slurm.choice
     import scrun_py.slurm.cli_backend

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 
+from scrun_py.base import callerpath
 from scrun_py.base.errors import ScrunError
 
 
@@ -25,14 +26,12 @@ def send_master(console_socket: str, master: int, name: str) -> None:
     (SO_PEERCRED, read once connected): another local user who bound the path first
     would otherwise read the container's terminal and type into it.  Such a listener
     gets nothing, and the error names its uid."""
-    from scrun_py.base import callerpath
-    from scrun_py.container.handle import peer_uid
 
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC) as sock:
             sock.settimeout(CONNECT_TIMEOUT_S)
             sock.connect(console_socket)
-            peer = peer_uid(sock)
+            peer = callerpath.peer_uid(sock)
             if not callerpath.peer_may_receive(peer):
                 raise ScrunError(
                     f"--console-socket {console_socket}: its listener runs as uid {peer}, "

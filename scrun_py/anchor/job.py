@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from scrun_py.anchor.container import Container
+from scrun_py.anchor.supervised import SupervisedContainer
 from scrun_py.anchor.table import FATAL_BY_DEFAULT
 from scrun_py.base import procs, threads
 from scrun_py.base.errors import AllocationFailed, ScrunError, SlurmError
@@ -47,7 +47,7 @@ def _rootfs_problem(bundle: str, release: str) -> str:
 
 
 class Job:
-    def __init__(self, container: Container, backend: SlurmBackend, job_opts: JobOptions,
+    def __init__(self, container: SupervisedContainer, backend: SlurmBackend, job_opts: JobOptions,
                  alloc_timeout_s: float | None) -> None:
         self.container = container
         self.backend = backend

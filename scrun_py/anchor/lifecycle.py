@@ -22,15 +22,16 @@ import threading
 import time
 from collections.abc import Callable
 
-from scrun_py.anchor.container import Container
 from scrun_py.anchor.job import Job
+from scrun_py.anchor.supervised import SupervisedContainer
 from scrun_py.anchor.table import TABLE, Action, Event, Phase, Transition, kill_event
 from scrun_py.base import procs, threads
 from scrun_py.base.errors import CannotStart, ContainerNotRunning, ContainerStillRunning, ScrunError
+from scrun_py.base.layout import SOCKET_NAME
 from scrun_py.base.records import NamedTuple
 from scrun_py.base.signames import SIGKILL, SIGTERM
 from scrun_py.base.threads import Cancel, Cancelled
-from scrun_py.container import spool
+from scrun_py.container import rootdir
 from scrun_py.container.status import Status
 from scrun_py.slurm.backend import Allocation, SlurmBackend, Step
 from scrun_py.slurm.options import JobOptions
@@ -68,7 +69,7 @@ Work = Callable[[], None]
 
 
 class Lifecycle:
-    def __init__(self, container: Container, backend: SlurmBackend, job_opts: JobOptions,
+    def __init__(self, container: SupervisedContainer, backend: SlurmBackend, job_opts: JobOptions,
                  alloc_timeout_s: float | None) -> None:
         self.container = container
         self.backend = backend
@@ -333,14 +334,14 @@ class Lifecycle:
                 container.hooks.close()
             container.remove_pid_file()
             if aborted:
-                spool.remove_tree(container.dir)
+                rootdir.remove_tree(container.dir)
                 return
             with contextlib.suppress(OSError):
-                os.unlink(os.path.join(container.dir, spool.SOCKET_NAME))
+                os.unlink(os.path.join(container.dir, SOCKET_NAME))
             container.record.anchor_pid = 0
             container.set_status(Status.STOPPED)
             if self.delete_requested:
-                spool.remove_tree(container.dir)
+                rootdir.remove_tree(container.dir)
             container.event("container stopped", exit_code=code)
             container.audit_exit(code)
         finally:

@@ -30,6 +30,7 @@ import threading
 import time
 
 from scrun_py.anchor.lifecycle import Lifecycle
+from scrun_py.base.callerpath import peer_uid
 from scrun_py.base.errors import (
     AnchorError,
     AnchorUnreachable,
@@ -39,7 +40,7 @@ from scrun_py.base.errors import (
 )
 from scrun_py.base.logs import Logger
 from scrun_py.container import protocol
-from scrun_py.container.handle import NOT_OWNER, peer_uid
+from scrun_py.container.rootdir import NOT_OWNER
 
 TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:

@@ -23,6 +23,10 @@ from __future__ import annotations
 
 import os
 
+TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
+if TYPE_CHECKING:
+    from typing import Any
+
 #: the most symbolic links followed for one path (the kernel's own limit)
 MAX_LINKS = 40
 #: the null device's numbers (1, 3): the one device a caller may name as a file
@@ -156,16 +160,24 @@ def read(path: str, limit: int, what: str) -> bytes:
                                        "scrun-py reads", "EFBIG")
             too_large.size = size
             raise too_large
-        chunks = []
-        left = limit + 1
-        while left > 0 and (chunk := os.read(fd, min(left, max(size + 1, 1 << 16)))):
-            chunks.append(chunk)
-            left -= len(chunk)
+        data = read_capped(fd, limit, size)
     finally:
         os.close(fd)
-    if left <= 0:
+    if data is None:
         raise _refused(path, f"{what} of more than the {limit} bytes scrun-py reads", "EFBIG")
-    return b"".join(chunks)
+    return data
+
+
+def read_capped(fd: int, limit: int, size: int) -> bytes | None:
+    """What `fd` holds, read to its end; None when that is more than `limit` bytes (at
+    most `limit` and one are read: a file that grows while it is read is refused too).
+    `size` (fstat's) sizes the reads.  The one capped read of scrun-py."""
+    chunks = []
+    left = limit + 1
+    while left > 0 and (chunk := os.read(fd, min(left, max(size + 1, 1 << 16)))):
+        chunks.append(chunk)
+        left -= len(chunk)
+    return None if left <= 0 else b"".join(chunks)
 
 
 def check_writable(path: str) -> None:
@@ -225,7 +237,27 @@ def remove(path: str, expect: bytes | None = None) -> bool:
         os.close(dfd)
 
 
+def remove_pid_file(path: str, pid: int) -> None:
+    """Remove a pid file only while it is the caller's regular file naming `pid` (as
+    written: no newline): never someone else's, never through a symlink, never opening a
+    FIFO or a device planted in its place; quietly, whatever is there."""
+    try:
+        remove(path, str(pid).encode())
+    except OSError:
+        pass
+
+
 def peer_may_receive(peer_uid: int) -> bool:
     """Whether a process of `peer_uid` at the other end of a socket the caller named may
     be handed what the caller owns (the container's terminal): the caller or root."""
     return peer_uid in (os.geteuid(), 0)
+
+
+def peer_uid(sock: Any) -> int:
+    """The uid of the process at the other end of a connected unix socket (SO_PEERCRED's
+    struct ucred: pid, uid, gid as C ints), as this process's user namespace sees it."""
+    import _socket
+    import sys
+
+    creds = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
+    return int.from_bytes(creds[4:8], sys.byteorder, signed=True)

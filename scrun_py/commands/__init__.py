@@ -18,8 +18,8 @@ if TYPE_CHECKING:
 
 def audit(inv: Invocation, event: str, *, container_id: str, **fields: Any) -> None:
     """The site's audit record of `event` (scrun-py.toml [audit]); without a site file
-    in either place it looks (handle.site_file_may_apply) there is nothing to do."""
-    from scrun_py.container.handle import site_file_may_apply
+    in either place it looks (presence.site_file_may_apply) there is nothing to do."""
+    from scrun_py.site.presence import site_file_may_apply
 
     if not site_file_may_apply(inv.slurm_conf_file()):
         return

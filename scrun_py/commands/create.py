@@ -22,9 +22,11 @@ from scrun_py.base.logs import rfc3339_now
 from scrun_py.base.records import NamedTuple
 from scrun_py.base.signames import SIGHUP, SIGINT, SIGTERM
 from scrun_py.commands.runtime import runtime_settings
-from scrun_py.container import spool, store
-from scrun_py.container.handle import site_file_may_apply
+from scrun_py.container import rootdir, spool
+from scrun_py.container.handle import Container
+from scrun_py.container.record import validate_id
 from scrun_py.site import audit, trust
+from scrun_py.site.presence import site_file_may_apply
 
 TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
@@ -57,7 +59,7 @@ def run(inv: Invocation, args: CreateArgs, early: EarlyAnchor | None = None) -> 
     `early` is an anchor forked before this call (fast_path.run), waiting for its spec;
     the caller ends it if create fails before handing it one.
     """
-    spool.validate_id(args.container_id)
+    validate_id(args.container_id)
     container_id, bundle = args.container_id, args.bundle
     # without a site file in either place there is no audit trail and no policy, and the
     # trust rule is the default one: the modules that read them are not even imported
@@ -84,7 +86,7 @@ def run(inv: Invocation, args: CreateArgs, early: EarlyAnchor | None = None) -> 
         raise
     job_id = None
     try:
-        job_id = store.load(inv.root_dir, container_id).job_id
+        job_id = Container(inv.root_dir, container_id).record().job_id
     except ScrunError:
         pass
     audit.record(settings, "create", container_id=container_id, engine=audit.detect_engine(),
@@ -153,7 +155,7 @@ def _start_anchor(inv: Invocation, spec: AnchorSpec, early: EarlyAnchor | None,
             return early.send(spec._replace(ready_fd=early.ready_fd))
         except OSError as exc:
             early.abandon()
-            spool.remove_tree(cdir)
+            rootdir.remove_tree(cdir)
             raise _startup_failed(exc) from exc
     read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
     try:
@@ -161,7 +163,7 @@ def _start_anchor(inv: Invocation, spec: AnchorSpec, early: EarlyAnchor | None,
     except OSError as exc:
         os.close(read_fd)
         os.close(write_fd)
-        spool.remove_tree(cdir)
+        rootdir.remove_tree(cdir)
         raise _startup_failed(exc) from exc
     os.close(write_fd)
     return Started(anchor, read_fd)
@@ -191,7 +193,7 @@ def _await_created(started: Started, cdir: str) -> None:
     if result is not None and result.get("ok"):
         return
     rc = started.process.wait()
-    spool.remove_tree(cdir)
+    rootdir.remove_tree(cdir)
     if result is None:
         raise AnchorStartupFailed(f"container anchor exited during create (status {rc})")
     raise rebuild(str(result.get("kind", "ScrunError")),

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import time
 
+from scrun_py.base.callerpath import remove_pid_file
 from scrun_py.base.errors import (
     AnchorUnreachable,
     ContainerNotFound,
@@ -22,7 +23,8 @@ from scrun_py.base.errors import (
 )
 from scrun_py.base.layout import RUNNING, STOPPED
 from scrun_py.commands import audit
-from scrun_py.container.handle import Container, ContainerRecord, remove_pid_file
+from scrun_py.container.handle import Container
+from scrun_py.container.record import ContainerRecord
 
 TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
     from scrun_py.base.invocation import Invocation
     from scrun_py.commands.ps import NodeTarget
-    from scrun_py.container.handle import ContainerRecord
+    from scrun_py.container.record import ContainerRecord
 
 FORWARDED = ("SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGUSR2")
 #: the exec'd process's variable, and the container's annotation, that name the node
@@ -198,7 +198,7 @@ def check_node(target: NodeTarget, node: str, source: str) -> None:
 def exec_runtime_setting(inv: Invocation) -> str | None:
     """scrun-py.toml's `[exec] runtime`: the node runtime and its global options (None:
     RunTimeKill's)."""
-    from scrun_py.container.handle import site_file_may_apply
+    from scrun_py.site.presence import site_file_may_apply
 
     if not site_file_may_apply(inv.slurm_conf_file()):
         return None

@@ -14,7 +14,7 @@ import sys
 
 from scrun_py.base.errors import ScrunError
 from scrun_py.base.layout import STOPPED
-from scrun_py.container import handle
+from scrun_py.container import rootdir
 from scrun_py.container.handle import Container
 
 TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
@@ -31,7 +31,7 @@ PADDING = 3
 def entries(root: str) -> list[dict[str, Any]]:
     """runc's list objects (plus slurmJobId) of the caller's containers under `root`,
     sorted by id."""
-    fd = handle.open_root(root)
+    fd = rootdir.open_root(root)
     if fd is None:
         return []
     try:

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from scrun_py.base.invocation import Invocation
-    from scrun_py.container.handle import ContainerRecord
+    from scrun_py.container.record import ContainerRecord
 
 STEP_TIMEOUT_S = 60.0  # for the node's answer
 

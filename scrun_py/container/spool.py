@@ -13,30 +13,30 @@ from collections.abc import Iterator
 
 from scrun_py.base.errors import ScrunError
 from scrun_py.base.layout import SOCKET_NAME, STATE_FILE
-from scrun_py.container import handle
-from scrun_py.container.handle import validate_id
+from scrun_py.container import rootdir
+from scrun_py.container.record import validate_id
 
 TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:  # create imports this module: re is the anchor's
     import _socket
 
+    from scrun_py.container.record import ContainerRecord
+
     # paths in, strings out: the anchor does not import pathlib (about 1 MB of RSS and
     # 3 ms of its start-up with urllib.parse and ipaddress)
     PathArg = str | os.PathLike[str]
 
-__all__ = ["SOCKET_NAME", "STATE_FILE", "check_private", "validate_id"]
-
 def matching_ids(root: PathArg, pattern: str) -> list[str]:
     """Ids of the containers under `root` that the regular expression `pattern` matches
     anywhere (crun's `--regex`, which uses POSIX regexec), sorted.  The root is opened
-    as every verb opens it (handle.open_root); only directories count, never a symlink."""
+    as every verb opens it (rootdir.open_root); only directories count, never a symlink."""
     import re
 
     try:
         regex = re.compile(pattern)
     except re.error as exc:
         raise ScrunError(f"invalid regular expression {pattern!r}: {exc.msg}") from None
-    fd = handle.open_root(os.fspath(root))
+    fd = rootdir.open_root(os.fspath(root))
     if fd is None:
         return []
     try:
@@ -63,15 +63,11 @@ def container_dir(root: PathArg, container_id: str) -> str:
 
 def ensure_root(root: PathArg) -> None:
     """Create --root (0700) if needed; it must be a writable directory of the caller's,
-    not a symlink, that no other user can write (handle.open_root; runc checks
+    not a symlink, that no other user can write (rootdir.open_root; runc checks
     XDG_RUNTIME_DIR the same way)."""
-    fd = handle.open_root(os.fspath(root), create=True)
+    fd = rootdir.open_root(os.fspath(root), create=True)
     if fd is not None:
         os.close(fd)
-
-
-def check_private(path: PathArg, what: str) -> None:
-    handle.check_private(str(path), what)
 
 
 def make_container_dir(root: PathArg, container_id: str) -> str:
@@ -80,7 +76,7 @@ def make_container_dir(root: PathArg, container_id: str) -> str:
     from scrun_py.base.errors import ContainerExists
 
     path = container_dir(root, container_id)
-    fd = handle.open_root(os.fspath(root))
+    fd = rootdir.open_root(os.fspath(root))
     if fd is None:
         raise ScrunError(f"cannot create {path}: root directory {root} does not exist")
     try:
@@ -142,8 +138,10 @@ def write_pid_file(path: PathArg, pid: int) -> None:
         raise ScrunError(f"cannot write pid file {path}: {exc.strerror}") from exc
 
 
-def remove_pid_file(path: PathArg, pid: int) -> None:
-    handle.remove_pid_file(str(path), pid)
+def save_record(root: PathArg, record: ContainerRecord) -> None:
+    """Write the container's record (state.json) atomically: the anchor does on every
+    transition."""
+    write_atomic(os.path.join(container_dir(root, record.id), STATE_FILE), record.to_json())
 
 
 @contextlib.contextmanager
@@ -176,7 +174,3 @@ def bind(path: PathArg) -> _socket.socket:
             os.umask(old)
         sock.listen(64)
         return sock
-
-
-def remove_tree(path: PathArg) -> None:
-    handle.remove_tree(str(path))

@@ -10,9 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from scrun_py.anchor.container import Container
 from scrun_py.anchor.handoff import AnchorSpec, BundleInfo, ConfigInfo, ProcessInfo
 from scrun_py.anchor.lifecycle import Lifecycle, Occurrence
+from scrun_py.anchor.supervised import SupervisedContainer
 from scrun_py.anchor.table import Event, Phase
 from scrun_py.base import logs
 from scrun_py.base.errors import AllocationFailed, ScrunError, StepLaunchFailed
@@ -42,7 +42,8 @@ class Harness:
                                             process=ProcessInfo(args=["true"])))
         self.fake = FakeSlurm()
         self.hooks = FakeHooks()
-        self.container = Container(spec, info, self.hooks, dict(environ or {}), quiet_logger())
+        self.container = SupervisedContainer(spec, info, self.hooks, dict(environ or {}),
+                                             quiet_logger())
         self.lc = Lifecycle(self.container, self.fake, JobOptions(alloc=["-p", "debug"]), None)
         self.lc.job_info_delay_s = 0.0  # the time-limit tests want the watch at once
         self.results: list[Any] = []  # what background requests returned or raised

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from scrun_py.cli import click_app
-from scrun_py.container import spool, store
+from scrun_py.container import spool
+from scrun_py.container.record import ContainerRecord
 
 
 def run(argv: list[str]) -> int:
@@ -22,11 +23,11 @@ def run(argv: list[str]) -> int:
 def stored(root: Path, status: str, anchor_pid: int, **fields: object) -> Path:
     """A container record on disk, as an anchor would have left it (job_id 0: no scancel)."""
     cdir = Path(spool.make_container_dir(root, "c1"))
-    record = store.ContainerRecord(id="c1", bundle="/b/c1", rootfs="/b/c1/rootfs",
+    record = ContainerRecord(id="c1", bundle="/b/c1", rootfs="/b/c1/rootfs",
                                    status=status, anchor_pid=anchor_pid,
                                    created="2024-01-02T03:04:05.000000Z", owner="tuser",
                                    job_id=0)
     for key, value in fields.items():
         setattr(record, key, value)
-    store.save(root, record)
+    spool.save_record(root, record)
     return cdir

@@ -33,7 +33,8 @@ from hypothesis import strategies as st
 
 from scrun_py.base.errors import ScrunError
 from scrun_py.base.layout import STATE_FILE, STATUSES
-from scrun_py.container.handle import Container, ContainerRecord
+from scrun_py.container.handle import Container
+from scrun_py.container.record import ContainerRecord
 
 #: the budget of every suite: the same examples on every run, no example database,
 #: no per-example deadline (a CI machine may be slow)

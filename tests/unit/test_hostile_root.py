@@ -20,8 +20,9 @@ import pytest
 from scrun_py.base import procs
 from scrun_py.base.errors import ContainerNotFound, PermissionDenied, ScrunError
 from scrun_py.base.layout import SOCKET_NAME, STATE_FILE
-from scrun_py.container import spool, store
-from scrun_py.container.handle import MAX_RECORD_BYTES, NOT_OWNER, Container
+from scrun_py.container import spool
+from scrun_py.container.handle import Container
+from scrun_py.container.rootdir import MAX_RECORD_BYTES, NOT_OWNER
 from tests.unit.cli_run import run, stored
 
 NOBODY = 65534
@@ -176,15 +177,15 @@ class TestPlantedContainer:
         cdir = stored(tmp_root, "stopped", 0)
         os.chown(cdir / STATE_FILE, NOBODY, NOBODY)
         with pytest.raises(PermissionDenied, match=f"^{NOT_OWNER}$"):
-            store.load(tmp_root, "c1")
+            Container(str(tmp_root), "c1").record()
         os.chown(cdir / STATE_FILE, 0, 0)  # control
-        assert "stopped" == store.load(tmp_root, "c1").status
+        assert "stopped" == Container(str(tmp_root), "c1").record().status
 
     def test_record_writable_by_others(self, tmp_root: Path) -> None:
         cdir = stored(tmp_root, "stopped", 0)
         (cdir / STATE_FILE).chmod(0o666)
         with pytest.raises(PermissionDenied, match="is writable by other users"):
-            store.load(tmp_root, "c1")
+            Container(str(tmp_root), "c1").record()
 
     def test_record_symlink_to_dev_zero(self, tmp_root: Path) -> None:
         """Read with O_NOFOLLOW: refused at once, not read until memory runs out."""
@@ -192,7 +193,7 @@ class TestPlantedContainer:
         (cdir / STATE_FILE).symlink_to("/dev/zero")
         started = time.monotonic()
         with pytest.raises(ScrunError, match="refusing it"):
-            store.load(tmp_root, "c1")
+            Container(str(tmp_root), "c1").record()
         assert time.monotonic() - started < 5  # generous: a read of /dev/zero never ends
 
     def test_record_too_large(self, tmp_root: Path) -> None:
@@ -201,18 +202,18 @@ class TestPlantedContainer:
             fh.truncate(MAX_RECORD_BYTES + 1)
         (cdir / STATE_FILE).chmod(0o600)
         with pytest.raises(ScrunError, match=f"more than the {MAX_RECORD_BYTES} scrun-py reads"):
-            store.load(tmp_root, "c1")
+            Container(str(tmp_root), "c1").record()
 
     def test_record_fifo(self, tmp_root: Path) -> None:
         """A FIFO would block a plain open: not a regular file, refused at once."""
         cdir = Path(spool.make_container_dir(tmp_root, "c1"))
         os.mkfifo(cdir / STATE_FILE, 0o600)
         with pytest.raises(ScrunError, match="is not a regular file: refusing it"):
-            store.load(tmp_root, "c1")
+            Container(str(tmp_root), "c1").record()
 
     def test_missing_root_is_not_found(self, tmp_path: Path) -> None:
         with pytest.raises(ContainerNotFound):
-            store.load(tmp_path / "absent", "c1")
+            Container(str(tmp_path / "absent"), "c1").record()
         assert 0 == run(["--root", str(tmp_path / "absent"), "delete", "--force", "c1"])
 
 

@@ -12,7 +12,8 @@ import pytest
 
 from scrun_py.commands import list as list_verb
 from scrun_py.commands import spec as spec_verb
-from scrun_py.container import spool, store
+from scrun_py.container import spool
+from scrun_py.container.record import ContainerRecord
 from tests.unit.cli_run import run
 
 CREATED = "2024-01-02T03:04:05.000000Z"
@@ -22,13 +23,13 @@ def stored(root: Path, container_id: str, status: str, anchor_pid: int,
            **fields: object) -> Path:
     """A record on disk as an anchor leaves it."""
     cdir = Path(spool.make_container_dir(root, container_id))
-    record = store.ContainerRecord(id=container_id, bundle=f"/b/{container_id}",
+    record = ContainerRecord(id=container_id, bundle=f"/b/{container_id}",
                                    rootfs=f"/b/{container_id}/rootfs", status=status,
                                    anchor_pid=anchor_pid, created=CREATED, owner="tuser",
                                    job_id=0)
     for key, value in fields.items():
         setattr(record, key, value)
-    store.save(root, record)
+    spool.save_record(root, record)
     return cdir
 
 

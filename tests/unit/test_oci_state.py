@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from scrun_py.container.handle import ContainerRecord, render, state_document
+from scrun_py.container.record import ContainerRecord, render, state_document
 from scrun_py.container.status import Status
 
 KEY_ORDER = ["ociVersion", "id", "status", "pid", "bundle", "annotations", "rootfs", "created",

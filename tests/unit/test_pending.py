@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from scrun_py.anchor.container import JOB_REASON_ANNOTATION, JOB_STATE_ANNOTATION
+from scrun_py.anchor.supervised import JOB_REASON_ANNOTATION, JOB_STATE_ANNOTATION
 from scrun_py.anchor.table import Phase
 from scrun_py.base import logs
 from scrun_py.base.threads import Cancel

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from scrun_py.commands import ps
-from scrun_py.container import spool, store
+from scrun_py.container import spool
+from scrun_py.container.record import ContainerRecord
 from scrun_py.slurm import node_step
 from scrun_py.slurm.argv import NODE_PATH_PROLOGUE
 from tests.unit.cli_run import run
@@ -54,7 +55,7 @@ class World:
 
     def container(self, status: str = "running", step_id: int | None = 3) -> None:
         spool.make_container_dir(self.root, "c1")
-        store.save(self.root, store.ContainerRecord(
+        spool.save_record(self.root, ContainerRecord(
             id="c1", bundle="/b", rootfs="/b/rootfs", status=status,
             anchor_pid=os.getpid(), created="2024-01-02T03:04:05Z", owner="u", job_id=42,
             step_id=step_id))

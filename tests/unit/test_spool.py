@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from scrun_py.base import callerpath
 from scrun_py.base.errors import (
     AnchorUnreachable,
     ContainerExists,
@@ -26,8 +27,9 @@ from scrun_py.base.errors import (
     InvalidContainerId,
     ScrunError,
 )
-from scrun_py.container import spool
+from scrun_py.container import rootdir, spool
 from scrun_py.container.handle import Container
+from scrun_py.container.record import validate_id
 
 SUN_PATH_MAX = 107  # usable bytes of sockaddr_un.sun_path (108 with the NUL)
 
@@ -55,7 +57,7 @@ class TestValidateId:
     ])
     def test_accepts_runc_style_ids(self, cid: str) -> None:
         """Letters, digits, '_', '+', '-' and '.' up to 255 bytes are valid (runc's rule)."""
-        assert cid == spool.validate_id(cid)
+        assert cid == validate_id(cid)
 
     @pytest.mark.parametrize("cid", [
         "/", "a/b", "/abc", "abc/", ".", "..", "a\0b", "\0", "a b", " a", "a ", "a\tb",
@@ -65,19 +67,19 @@ class TestValidateId:
         """Separators, path components, NUL, whitespace (even a trailing newline) and
         non-ASCII characters are rejected with runc's message."""
         with pytest.raises(InvalidContainerId, match=r"^invalid container ID format: "):
-            spool.validate_id(cid)
+            validate_id(cid)
 
     def test_rejects_empty(self) -> None:
         """An empty id is rejected and the reason says so."""
         with pytest.raises(InvalidContainerId) as info:
-            spool.validate_id("")
+            validate_id("")
         assert "invalid container ID format: empty" == str(info.value)
 
     @pytest.mark.parametrize("cid", ["x" * 256, "x" * 1025, "x" * 100_000])
     def test_rejects_absurd_length(self, cid: str) -> None:
         """More than 255 bytes (a path component's limit) or 1024 characters is too long."""
         with pytest.raises(InvalidContainerId, match="too long"):
-            spool.validate_id(cid)
+            validate_id(cid)
 
     def test_container_dir_validates(self, tmp_root: Path) -> None:
         """container_dir() never builds a path from an invalid id."""
@@ -257,26 +259,26 @@ class TestPidFile:
         """A pid file naming the given pid is removed."""
         path = tmp_path / "pid"
         spool.write_pid_file(path, 4242)
-        spool.remove_pid_file(path, 4242)
+        callerpath.remove_pid_file(str(path), 4242)
         assert path.exists() is False
 
     def test_remove_tolerates_newline(self, tmp_path: Path) -> None:
         """A pid file someone rewrote with a trailing newline still counts as ours."""
         path = tmp_path / "pid"
         path.write_bytes(b"4242\n")
-        spool.remove_pid_file(path, 4242)
+        callerpath.remove_pid_file(str(path), 4242)
         assert path.exists() is False
 
     def test_keeps_someone_elses_pid_file(self, tmp_path: Path) -> None:
         """A pid file naming another pid is left alone."""
         path = tmp_path / "pid"
         spool.write_pid_file(path, 999)
-        spool.remove_pid_file(path, 4242)
+        callerpath.remove_pid_file(str(path), 4242)
         assert b"999" == path.read_bytes()
 
     def test_remove_missing(self, tmp_path: Path) -> None:
         """Removing a pid file that is already gone is not an error."""
-        spool.remove_pid_file(tmp_path / "pid", 4242)
+        callerpath.remove_pid_file(str(tmp_path / "pid"), 4242)
         assert [] == os.listdir(tmp_path)
 
 
@@ -365,10 +367,10 @@ class TestRemoveTree:
         """The container dir and its content are removed."""
         cdir = Path(spool.make_container_dir(tmp_root, "c1"))
         (cdir / "state.json").write_text("{}")
-        spool.remove_tree(cdir)
+        rootdir.remove_tree(cdir)
         assert cdir.exists() is False
 
     def test_already_gone(self, tmp_root: Path) -> None:
         """Removing a dir that is already gone is not an error."""
-        spool.remove_tree(tmp_root / "c1")
+        rootdir.remove_tree(tmp_root / "c1")
         assert [] == os.listdir(tmp_root)

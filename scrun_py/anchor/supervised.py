@@ -13,10 +13,12 @@ import time
 from collections.abc import Callable
 
 from scrun_py.anchor.handoff import AnchorSpec, BundleInfo
-from scrun_py.base import procs, threads
+from scrun_py.base import callerpath, procs, threads
+from scrun_py.base.layout import SOCKET_NAME
 from scrun_py.base.logs import Logger
 from scrun_py.base.threads import Cancel
-from scrun_py.container import spool, store
+from scrun_py.container import spool
+from scrun_py.container.record import ContainerRecord
 from scrun_py.container.status import Status
 from scrun_py.hooks.context import HookContext, HookJob, HookPaths
 from scrun_py.hooks.interface import Hooks, NoHooks
@@ -32,7 +34,10 @@ JOB_STATE_ANNOTATION = "org.scrun-py.job.state"
 JOB_REASON_ANNOTATION = "org.scrun-py.job.reason"
 
 
-class Container:
+class SupervisedContainer:
+    """The container the anchor supervises (the on-disk handle the verbs use is
+    container/handle.py's Container)."""
+
     def __init__(self, spec: AnchorSpec, bundle: BundleInfo, hooks: Hooks,
                  environ: dict[str, str], log: Logger) -> None:
         self.spec = spec
@@ -43,7 +48,7 @@ class Container:
         self.dir = spool.container_dir(self.root, spec.container_id)
         self.log = log
         self._saving = threading.Lock()  # state.json is written from several threads
-        self.record = store.ContainerRecord(
+        self.record = ContainerRecord(
             id=spec.container_id, bundle=str(bundle.path), rootfs=str(bundle.rootfs),
             oci_version=bundle.config.ociVersion, annotations=dict(bundle.config.annotations),
             status=Status.CREATING.value, anchor_pid=os.getpid(),
@@ -62,7 +67,7 @@ class Container:
     # ---- record and log ----------------------------------------------------------------------
     def save(self) -> None:
         with self._saving, contextlib.suppress(OSError):
-            store.save(self.root, self.record)
+            spool.save_record(self.root, self.record)
 
     def set_status(self, status: Status) -> None:
         self.record.status = status.value
@@ -125,7 +130,7 @@ class Container:
             "SCRUN_BUNDLE": str(self.bundle.path),
             "SCRUN_SUBMISSION_BUNDLE": self.spec.orig_bundle,
             "SCRUN_PID_FILE": self.spec.pid_file,
-            "SCRUN_SOCKET": os.path.join(self.dir, spool.SOCKET_NAME),
+            "SCRUN_SOCKET": os.path.join(self.dir, SOCKET_NAME),
             "SCRUN_SPOOL_DIR": str(self.dir),
             "SCRUN_SUBMISSION_CONFIG_FILE": str(self.bundle.config_file),
             "SCRUN_USER": procs.user_name(uid),
@@ -217,7 +222,7 @@ class Container:
 
     def remove_pid_file(self) -> None:
         if self.spec.pid_file:
-            spool.remove_pid_file(self.spec.pid_file, os.getpid())
+            callerpath.remove_pid_file(self.spec.pid_file, os.getpid())
 
     def abandon_script(self) -> str:
         from scrun_py.base.layout import ABANDON_FILE
