@@ -180,6 +180,20 @@ def read_capped(fd: int, limit: int, size: int) -> bytes | None:
     return None if left <= 0 else b"".join(chunks)
 
 
+def _entry(path: str) -> tuple[int, str, os.stat_result | None]:
+    """`path`'s directory (an O_PATH descriptor, the caller closes it), its last
+    component and that entry's lstat (None when there is none)."""
+    head, name = os.path.split(path)
+    dfd = os.open(head or ".", _DIR_FLAGS)
+    try:
+        return dfd, name, os.stat(name, dir_fd=dfd, follow_symlinks=False)
+    except FileNotFoundError:
+        return dfd, name, None
+    except BaseException:
+        os.close(dfd)
+        raise
+
+
 def check_writable(path: str) -> None:
     """Refuse (OSError) a `path` that a write by rename would replace but that is no
     regular file or symbolic link (a FIFO, socket, device or directory planted there),
@@ -188,12 +202,9 @@ def check_writable(path: str) -> None:
     A link of the caller's is fine: rename replaces the link, never what it points to."""
     import stat
 
-    head, name = os.path.split(path)
-    dfd = os.open(head or ".", _DIR_FLAGS)
+    dfd, _name, st = _entry(path)
     try:
-        try:
-            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-        except FileNotFoundError:
+        if st is None:
             return
         if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
             raise _refused(path, f"{kind(st.st_mode)}, not a regular file")
@@ -211,14 +222,9 @@ def remove(path: str, expect: bytes | None = None) -> bool:
     was removed; OSError only for a directory that cannot be opened."""
     import stat
 
-    head, name = os.path.split(path)
-    dfd = os.open(head or ".", _DIR_FLAGS)
+    dfd, name, st = _entry(path)
     try:
-        try:
-            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-        except FileNotFoundError:
-            return False
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+        if st is None or not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
             return False
         if expect is not None:
             fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
