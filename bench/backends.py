@@ -15,10 +15,21 @@ import json
 import statistics
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
+
+from bench.common import (
+    BACKENDS_SCRUN,
+    Ctx,
+    Hang,
+    as_user,
+    create_bounded,
+    run,
+    slurm_version,
+    wait_gone,
+)
+from bench.memory import proc_kb, pss_kb, rss_kb
+from bench.stats import timed
 
 BACKENDS = ("cli", "pyslurm", "auto")
 CHOSEN = "slurm backend chosen"
@@ -38,40 +49,37 @@ def _ms(samples: list[float]) -> dict[str, float]:
             "max_s": max(samples), "n": len(samples)}
 
 
-def one(bench: ModuleType, pw: Any, env: dict[str, str], work: Path, n: int,
-        counter: Iterator[int], name: str) -> dict[str, object]:
+def one(ctx: Ctx, name: str) -> dict[str, object]:
     """The rows of one backend; {"backend": name, "error": ...} when it could not run."""
-    benv = {**env, "SCRUN_PY_SLURM_BACKEND": name}
+    benv = {**ctx.env, "SCRUN_PY_SLURM_BACKEND": name}
+    work, n, counter = ctx.work, ctx.n, ctx.counter
     log = work / f"backend-{name}.log"
-    base = bench.as_user(pw, [bench.BACKENDS_SCRUN, "--root", str(work / "root"), "--log", str(log),
-                              "--log-format", "json"])
+    base = as_user(ctx.pw, [BACKENDS_SCRUN, "--root", str(work / "root"), "--log", str(log),
+                            "--log-format", "json"])
 
     def lifecycle() -> None:
         cid = f"bl{name}{next(counter)}"
-        anchor = bench.create_bounded(base, benv, work / "true", work / f"{cid}.pid", cid)
-        bench.run([*base, "start", cid], benv)
-        bench.wait_gone(anchor, f"anchor {cid}")
-        bench.run([*base, "delete", cid], benv)
+        anchor = create_bounded(base, benv, work / "true", work / f"{cid}.pid", cid)
+        run([*base, "start", cid], benv)
+        wait_gone(anchor, f"anchor {cid}")
+        run([*base, "delete", cid], benv)
 
     row: dict[str, object] = {"backend": name}
     try:
-        row["lifecycle"] = _ms(bench.timed(lifecycle, n))
+        row["lifecycle"] = _ms(timed(lifecycle, n))
         cid = f"bs{name}{next(counter)}"
-        anchor = bench.create_bounded(base, benv, work / "sleep", work / f"{cid}.pid", cid)
+        anchor = create_bounded(base, benv, work / "sleep", work / f"{cid}.pid", cid)
         try:
-            bench.run([*base, "start", cid], benv)
-            row["state"] = _ms(bench.timed(lambda: bench.run([*base, "state", cid], benv),
-                                           n * 3))
-            row["kill"] = _ms(bench.timed(lambda: bench.run([*base, "kill", cid, "WINCH"],
-                                                            benv), n))
+            run([*base, "start", cid], benv)
+            row["state"] = _ms(timed(lambda: run([*base, "state", cid], benv), n * 3))
+            row["kill"] = _ms(timed(lambda: run([*base, "kill", cid, "WINCH"], benv), n))
             time.sleep(1)
-            row["anchor_peak_rss_mb"] = round(bench.rss_kb(anchor) / 1024, 1)
-            row["anchor_rss_mb"] = round(
-                bench._proc_kb(f"/proc/{anchor}/status", "VmRSS:") / 1024, 1)
-            row["anchor_pss_mb"] = round(bench.pss_kb(anchor) / 1024, 1)
+            row["anchor_peak_rss_mb"] = round(rss_kb(anchor) / 1024, 1)
+            row["anchor_rss_mb"] = round(proc_kb(f"/proc/{anchor}/status", "VmRSS:") / 1024, 1)
+            row["anchor_pss_mb"] = round(pss_kb(anchor) / 1024, 1)
         finally:
-            bench.run([*base, "delete", "--force", cid], benv, check=False)
-    except (RuntimeError, OSError, ValueError, bench.Hang) as exc:
+            run([*base, "delete", "--force", cid], benv, check=False)
+    except (RuntimeError, OSError, ValueError, Hang) as exc:
         row["error"] = str(exc)[-300:]
     records = _records(log)
     chosen = [r.get("backend") for r in records if r.get("msg") == CHOSEN]
@@ -81,15 +89,15 @@ def one(bench: ModuleType, pw: Any, env: dict[str, str], work: Path, n: int,
     return row
 
 
-def pyslurm_mismatch(bench: ModuleType, env: dict[str, str]) -> str | None:
+def pyslurm_mismatch(env: dict[str, str]) -> str | None:
     """Why the pyslurm row cannot run here (None when it can): pyslurm X.Y builds
     against Slurm X.Y only, and forced it refuses another release."""
-    python = str(Path(bench.BACKENDS_SCRUN).parent / "python3")
+    python = str(Path(BACKENDS_SCRUN).parent / "python3")
     res = subprocess.run([python, "-c", "from importlib.metadata import version; "
                           "print(version('pyslurm'))"], capture_output=True, text=True,
                          check=False, timeout=60)
     have = res.stdout.strip()
-    slurm = (bench.slurm_version(env).split() or ["?"])[-1]
+    slurm = (slurm_version(env).split() or ["?"])[-1]
     if not have:
         return f"no pyslurm in {Path(python).parents[1]}"
     if have.split(".")[:2] != slurm.split(".")[:2]:
@@ -97,14 +105,13 @@ def pyslurm_mismatch(bench: ModuleType, env: dict[str, str]) -> str | None:
     return None
 
 
-def rows(bench: ModuleType, pw: Any, env: dict[str, str], work: Path, n: int,
-         counter: Iterator[int]) -> list[dict[str, object]]:
-    print(f"[bench] backends: scrun-py of {Path(bench.BACKENDS_SCRUN).parents[1]}", flush=True)
+def rows(ctx: Ctx) -> list[dict[str, object]]:
+    print(f"[bench] backends: scrun-py of {Path(BACKENDS_SCRUN).parents[1]}", flush=True)
     out: list[dict[str, object]] = []
     for name in BACKENDS:
-        why = pyslurm_mismatch(bench, env) if name == "pyslurm" else None
+        why = pyslurm_mismatch(ctx.env) if name == "pyslurm" else None
         out.append({"backend": name, "skipped": why} if why else
-                   one(bench, pw, env, work, n, counter, name))
+                   one(ctx, name))
     return out
 
 

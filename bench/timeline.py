@@ -32,9 +32,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# bench/run.py: the same environment and helpers
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run import (
+# bench/run.py's environment and helpers; the checkout, not bench/, holds the package
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.common import (
     PODMAN_CRUN_ULIMITS,
     SCRUN,
     USER,
@@ -166,12 +166,26 @@ def is_verb(p: Proc, verb: str) -> bool:
     return any(os.path.basename(x) == "scrun-py" for x in a[:3]) and verb in a
 
 
-def phases(procs: list[Proc], t0: int, t_end: int) -> dict[str, float]:
-    """Named intervals (ms) between marker events of one run."""
-    def ms(a: int, b: int) -> float:
-        return round((b - a) / 1e6, 1)
+def ms(a: int, b: int) -> float:
+    return round((b - a) / 1e6, 1)
 
-    out: dict[str, float] = {}
+
+@dataclass
+class Marks:
+    """The processes of one run whose events mark its phases."""
+
+    create: Proc
+    anchor: Proc
+    salloc: Proc | None
+    holder: Proc | None
+    start: Proc | None
+    step: Proc | None
+    crun: Proc | None
+    deletes: list[Proc]
+    hooks: list[Proc]
+
+
+def marks(procs: list[Proc]) -> Marks | None:
     create = first(procs, lambda p: is_verb(p, "create"))
     # the anchor: forked from create (no exec), or `python -m scrun_py.anchor` behind
     # unshare (rootless podman)
@@ -186,44 +200,65 @@ def phases(procs: list[Proc], t0: int, t_end: int) -> dict[str, float]:
     deletes = [p for p in procs if is_verb(p, "delete")]
     hooks = [p for p in procs if anchor and p.ppid == anchor.pid and p.argv[:1]
              and p.argv[0] in ("/bin/sh", "sh")]
-    if create is None or anchor is None:
-        return out
-    c_exec = create.execs[0][0]
-    a_start = anchor.execs[-1][0] if anchor.execs else anchor.start_ns
+    if create is None or not anchor:
+        return None
+    return Marks(create, anchor, salloc, holder or None, start, step, crun, deletes, hooks)
+
+
+def create_phases(m: Marks, t0: int, out: dict[str, float]) -> None:
+    c_exec = m.create.execs[0][0]
+    a_start = m.anchor.execs[-1][0] if m.anchor.execs else m.anchor.start_ns
     out["engine → create exec"] = ms(t0, c_exec)
     out["create: CLI until anchor fork/exec"] = ms(c_exec, a_start)
-    if salloc:
-        out["anchor: fork/exec → salloc exec"] = ms(a_start, salloc.execs[0][0])
-        if holder:
-            out["salloc: exec → job granted"] = ms(salloc.execs[0][0], holder.execs[0][0])
-            stage_in = [h for h in hooks if h.start_ns < create.end_ns]
+    if m.salloc:
+        out["anchor: fork/exec → salloc exec"] = ms(a_start, m.salloc.execs[0][0])
+        if m.holder:
+            out["salloc: exec → job granted"] = ms(m.salloc.execs[0][0], m.holder.execs[0][0])
+            stage_in = [h for h in m.hooks if h.start_ns < m.create.end_ns]
             if stage_in:
                 out["stage_in hook commands"] = ms(stage_in[0].start_ns, stage_in[-1].end_ns)
-            out["granted → create exits"] = ms(holder.execs[0][0], create.end_ns)
-    out["create total"] = ms(c_exec, create.end_ns)
-    if start:
-        out["engine: create exit → start exec"] = ms(create.end_ns, start.execs[0][0])
-        out["start total"] = ms(start.execs[0][0], start.end_ns)
-        if step:
-            out["start exec → step srun exec"] = ms(start.execs[0][0], step.execs[0][0])
-            if crun:
-                out["step srun exec → crun run exec"] = ms(step.execs[0][0], crun.execs[0][0])
-                out["crun run (container lifetime)"] = ms(crun.execs[0][0], crun.end_ns)
-                out["crun exit → step srun exit"] = ms(crun.end_ns, step.end_ns)
-            out["step srun exit → anchor exit"] = ms(step.end_ns, anchor.end_ns)
-            stage_out = [h for h in hooks if h.start_ns > step.end_ns]
-            if stage_out:
-                out["stage_out hook commands"] = ms(stage_out[0].start_ns, stage_out[-1].end_ns)
-            if salloc and holder:
-                out["job end: holder told → salloc exit"] = ms(
-                    max(stage_out[-1].end_ns if stage_out else step.end_ns, step.end_ns),
-                    salloc.end_ns)
-    if deletes:
-        out["anchor exit → first delete exec"] = ms(anchor.end_ns, deletes[0].execs[0][0])
-        for i, d in enumerate(deletes):
-            out[f"delete #{i + 1} ({' '.join(a for a in d.argv if a == '--force') or 'plain'})"] \
-                = ms(d.execs[0][0], d.end_ns)
-        out["last delete exit → engine exit"] = ms(deletes[-1].end_ns, t_end)
+            out["granted → create exits"] = ms(m.holder.execs[0][0], m.create.end_ns)
+    out["create total"] = ms(c_exec, m.create.end_ns)
+
+
+def step_phases(m: Marks, start: Proc, step: Proc, out: dict[str, float]) -> None:
+    out["start exec → step srun exec"] = ms(start.execs[0][0], step.execs[0][0])
+    if m.crun:
+        out["step srun exec → crun run exec"] = ms(step.execs[0][0], m.crun.execs[0][0])
+        out["crun run (container lifetime)"] = ms(m.crun.execs[0][0], m.crun.end_ns)
+        out["crun exit → step srun exit"] = ms(m.crun.end_ns, step.end_ns)
+    out["step srun exit → anchor exit"] = ms(step.end_ns, m.anchor.end_ns)
+    stage_out = [h for h in m.hooks if h.start_ns > step.end_ns]
+    if stage_out:
+        out["stage_out hook commands"] = ms(stage_out[0].start_ns, stage_out[-1].end_ns)
+    if m.salloc and m.holder:
+        out["job end: holder told → salloc exit"] = ms(
+            max(stage_out[-1].end_ns if stage_out else step.end_ns, step.end_ns),
+            m.salloc.end_ns)
+
+
+def delete_phases(m: Marks, t_end: int, out: dict[str, float]) -> None:
+    out["anchor exit → first delete exec"] = ms(m.anchor.end_ns, m.deletes[0].execs[0][0])
+    for i, d in enumerate(m.deletes):
+        out[f"delete #{i + 1} ({' '.join(a for a in d.argv if a == '--force') or 'plain'})"] \
+            = ms(d.execs[0][0], d.end_ns)
+    out["last delete exit → engine exit"] = ms(m.deletes[-1].end_ns, t_end)
+
+
+def phases(procs: list[Proc], t0: int, t_end: int) -> dict[str, float]:
+    """Named intervals (ms) between marker events of one run."""
+    out: dict[str, float] = {}
+    m = marks(procs)
+    if m is None:
+        return out
+    create_phases(m, t0, out)
+    if m.start:
+        out["engine: create exit → start exec"] = ms(m.create.end_ns, m.start.execs[0][0])
+        out["start total"] = ms(m.start.execs[0][0], m.start.end_ns)
+        if m.step:
+            step_phases(m, m.start, m.step, out)
+    if m.deletes:
+        delete_phases(m, t_end, out)
     out["scrun-py invocations"] = float(sum(
         1 for p in procs if any(is_verb(p, v) for v in ("create", "start", "state", "kill",
                                                         "delete"))))

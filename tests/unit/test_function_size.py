@@ -1,4 +1,4 @@
-"""No function of scrun_py is longer than 50 lines, and none takes more than 6
+"""No function of scrun_py or of the benches (bench/) is longer than 50 lines, and none takes more than 6
 parameters (self and cls not counted; *args and **kwargs count as one each).  A longer
 function is split into named steps; related parameters are grouped into a record
 (base/records.py), or, in a module `state` imports, a TypedDict that only mypy reads."""
@@ -10,7 +10,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE_DIR = Path(__file__).resolve().parents[2] / "scrun_py"
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE_DIR = REPO / "scrun_py"
+BENCH_DIR = REPO / "bench"
 MAX_LINES = 50
 MAX_PARAMS = 6
 
@@ -28,12 +30,18 @@ def _parameters(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
             + (args.kwarg is not None))
 
 
+def _sources() -> list[tuple[str, Path]]:
+    """Each module scanned, by its key: the package's as "module.py", the benches' as
+    "bench/module.py"."""
+    return ([(p.relative_to(PACKAGE_DIR).as_posix(), p) for p in sorted(PACKAGE_DIR.rglob("*.py"))]
+            + [(p.relative_to(REPO).as_posix(), p) for p in sorted(BENCH_DIR.rglob("*.py"))])
+
+
 def _functions() -> dict[str, tuple[int, int]]:
-    """Each function of the package ("module.py:name", nested ones by their own name):
-    its length in lines (decorators not counted) and its parameters."""
+    """Each function of the package and the benches ("module.py:name", nested ones by
+    their own name): its length in lines (decorators not counted) and its parameters."""
     found: dict[str, tuple[int, int]] = {}
-    for path in sorted(PACKAGE_DIR.rglob("*.py")):
-        module = path.relative_to(PACKAGE_DIR).as_posix()
+    for module, path in _sources():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 assert node.end_lineno is not None
@@ -59,6 +67,11 @@ def test_allow_list_is_current() -> None:
     """Each allowed function still exists and still breaks the rule (else its entry
     goes)."""
     assert [] == sorted(set(ALLOWED) - set(_too_big()))
+
+
+def test_the_benches_are_scanned() -> None:
+    """bench/ is held to the same rule as the package."""
+    assert "bench/run.py:main" in _functions()
 
 
 def test_the_scan_counts_as_the_rule_says() -> None:
