@@ -197,9 +197,10 @@ def _entry(path: str) -> tuple[int, str, os.stat_result | None]:
 def check_writable(path: str) -> None:
     """Refuse (OSError) a `path` that a write by rename would replace but that is no
     regular file or symbolic link (a FIFO, socket, device or directory planted there),
-    or that belongs to another user who does not own its directory (what another user
-    put in /tmp: the kernel would refuse the rename later, after the job was granted).
-    A link of the caller's is fine: rename replaces the link, never what it points to."""
+    or that the kernel will not let the caller replace: in a sticky directory (/tmp),
+    another user's entry, unless the caller or that user owns the directory (refused now,
+    with its owner named, rather than once the job is granted).  Anything else is
+    replaced by the rename, never followed or opened."""
     import stat
 
     dfd, _name, st = _entry(path)
@@ -209,9 +210,11 @@ def check_writable(path: str) -> None:
         if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
             raise _refused(path, f"{kind(st.st_mode)}, not a regular file")
         euid = os.geteuid()
-        if st.st_uid not in (euid, os.fstat(dfd).st_uid):
-            raise _refused(path, f"{kind(st.st_mode)} of uid {st.st_uid}, who owns neither "
-                                 f"it nor its directory for uid {euid}")
+        directory = os.fstat(dfd)
+        if (directory.st_mode & stat.S_ISVTX and euid != 0
+                and st.st_uid not in (euid, directory.st_uid)):
+            raise _refused(path, f"{kind(st.st_mode)} of uid {st.st_uid} in a sticky "
+                                 f"directory, which uid {euid} may not replace")
     finally:
         os.close(dfd)
 

@@ -168,17 +168,25 @@ class TestCheckWritable:
             callerpath.check_writable(str(tmp_path / name))
 
     @as_root
-    def test_other_users_entry(self, tmp_path: Path) -> None:
-        """Another user's link or file in a directory they do not own: refused now, not
-        when the anchor renames over it once the job is granted."""
+    def test_other_users_entry_in_a_sticky_directory(self, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+        """Another user's link or file in a sticky directory they do not own (/tmp): the
+        kernel would refuse the rename, so it is refused now, not once the job is
+        granted.  Elsewhere, or for the directory's owner or root, rename replaces it."""
         _other_link(tmp_path / "link", "/dev/zero")
         (tmp_path / "file").write_text("")
         os.chown(tmp_path / "file", OTHER_UID, OTHER_UID)
+        monkeypatch.setattr(os, "geteuid", lambda: 4343)  # the caller: neither owner
+        for name in ("link", "file"):  # not sticky: replaced
+            callerpath.check_writable(str(tmp_path / name))
+        tmp_path.chmod(0o1777)
         for name, what in (("link", "a symbolic link"), ("file", "a regular file")):
             with pytest.raises(callerpath.Refused) as info:
                 callerpath.check_writable(str(tmp_path / name))
-            assert (f"{what} of uid 4242, who owns neither it nor its directory for uid 0: "
-                    "refusing it") == info.value.strerror
+            assert (f"{what} of uid 4242 in a sticky directory, which uid 4343 may not "
+                    "replace: refusing it") == info.value.strerror
+        monkeypatch.setattr(os, "geteuid", lambda: 0)
+        callerpath.check_writable(str(tmp_path / "link"))
 
 
 class TestRemove:

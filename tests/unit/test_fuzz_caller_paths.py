@@ -40,9 +40,9 @@ KINDS = ("missing", "regular", "own-symlink", "fifo", "directory", "socket", "de
 #: what a --log or a --pid-file of each kind does (base/callerpath): refused at once, or used
 LOG_REFUSED = {"fifo", "directory", "socket", "dev-zero", "foreign-symlink",
                "dangling-symlink"}
-#: the caller's own symlink is replaced (rename); another user's is refused at create
-PID_REFUSED = {"fifo", "directory", "socket", "dev-zero", "foreign-symlink",
-               "dangling-symlink"}
+#: a symlink is replaced (rename), never followed; another user's is refused at create
+#: only in a sticky directory it does not own (the fuzz's directory is not sticky)
+PID_REFUSED = {"fifo", "directory", "socket", "dev-zero"}
 TARGET = b"precious: the victim's file\n"
 TIMEOUT_S = 20.0
 FUZZ = settings(derandomize=True, max_examples=30, deadline=None, database=None,
