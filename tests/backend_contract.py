@@ -145,11 +145,12 @@ class BackendContract:
 
     def test_helper_argvs(self, world: World) -> None:
         """A command on every node is an argv of strings that names the job and ends with
-        the command; the abandon script is one line that names the job, or None."""
+        the command (the shell's script: the PATH prologue, then the command); the abandon
+        script is one line that names the job, or None."""
         job = 424242
         argv = world.backend.command_argv(job, "true")
         assert argv and all(isinstance(a, str) for a in argv)
-        assert "true" == argv[-1]
+        assert argv[-1].endswith("true") and argv[-1].split(";")[-1].strip() == "true", argv
         assert any(str(job) in a for a in argv[:-1]), argv
         kill = world.backend.abandon_script(Allocation(job, {}, True), 0)
         if kill is not None:
