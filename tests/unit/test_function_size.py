@@ -1,5 +1,6 @@
-"""No function of scrun_py or of the benches (bench/) is longer than 50 lines, and none takes more than 6
-parameters (self and cls not counted; *args and **kwargs count as one each).  A longer
+"""No function of scrun_py or of the benches (bench/) is longer than 50 lines, and none
+takes more than 6 parameters (self and cls not counted; *args and **kwargs count as one
+each; ruff's max-args checks the same).  A longer
 function is split into named steps; related parameters are grouped into a record
 (base/records.py), or, in a module `state` imports, a TypedDict that only mypy reads."""
 
@@ -33,7 +34,8 @@ def _parameters(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
 def _sources() -> list[tuple[str, Path]]:
     """Each module scanned, by its key: the package's as "module.py", the benches' as
     "bench/module.py"."""
-    return ([(p.relative_to(PACKAGE_DIR).as_posix(), p) for p in sorted(PACKAGE_DIR.rglob("*.py"))]
+    return ([(p.relative_to(PACKAGE_DIR).as_posix(), p)
+             for p in sorted(PACKAGE_DIR.rglob("*.py"))]
             + [(p.relative_to(REPO).as_posix(), p) for p in sorted(BENCH_DIR.rglob("*.py"))])
 
 
