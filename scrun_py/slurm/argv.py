@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from scrun_py.slurm.options import JOB_NAME
 
@@ -159,6 +159,32 @@ def build_job_reason_argv(job_id: int) -> list[str]:
     return ["squeue", "--noheader", f"--jobs={job_id}", "--format=%T|%r"]
 
 
+def node_pattern_values(job_id: int, step_id: int, task: str = "0") -> dict[str, str]:
+    """What each token of oci.conf's RunTimeKill (an OCI pattern: `%j`, `%s`, `%t`, `%n`,
+    `%u`, `%U`, `%%`) becomes in a shell command run on the container's node: the job and
+    step ids as numbers, the task id `task` (a shell word: `"$t"` in a loop over the
+    node's tasks), the node name and the user as the node's shell expands them."""
+    return {"%": "%", "j": str(job_id), "s": str(step_id), "t": task,
+            "n": '"${SLURMD_NODENAME}"', "u": '"$(id -un)"', "U": '"$(id -u)"'}
+
+
+def expand_pattern(pattern: str, values: Mapping[str, str]) -> str:
+    """`pattern` with each `%x` token replaced by `values[x]` (pure: the one expansion of
+    RunTimeKill, for signal_shell_command and node_runtime_command).  ValueError naming
+    the token (`%x`) when `x` has no value, `%` alone when the pattern ends in a lone `%`
+    (slurmstepd's expansion rejects both)."""
+    out: list[str] = []
+    i = 0
+    while (j := pattern.find("%", i)) != -1:
+        token = pattern[j + 1:j + 2]
+        if token not in values:
+            raise ValueError(f"%{token}")
+        out += (pattern[i:j], values[token])
+        i = j + 2
+    out.append(pattern[i:])
+    return "".join(out)
+
+
 #: what the marked signal command prints for each container that took the signal
 SIGNAL_MARK = "scrun-signal-ok"
 
@@ -184,27 +210,8 @@ def signal_shell_command(kill_pattern: str, *, job_id: int, step_id: int, signal
     A node where any container has taken the signal, now or before, succeeds.
     """
     kill_pattern = " ".join(w for w in kill_pattern.split() if w not in ("-a", "--all"))
-    out: list[str] = []
-    i = 0
-    values = {
-        "%": "%", "j": str(job_id), "s": str(step_id),
-        "t": "0" if tasks_per_node <= 1 and done is None else '"$t"',
-        "n": '"${SLURMD_NODENAME}"', "u": '"$(id -un)"', "U": '"$(id -u)"',
-    }
-    while i < len(kill_pattern):
-        ch = kill_pattern[i]
-        if ch == "%":
-            if i + 1 >= len(kill_pattern):
-                raise ValueError("pattern ends with a lone '%'")
-            tok = kill_pattern[i + 1]
-            if tok not in values:
-                raise ValueError(f"%{tok}")
-            out.append(values[tok])
-            i += 2
-            continue
-        out.append(ch)
-        i += 1
-    cmd = "".join(out) + f" {signal}"
+    task = "0" if tasks_per_node <= 1 and done is None else '"$t"'
+    cmd = expand_pattern(kill_pattern, node_pattern_values(job_id, step_id, task)) + f" {signal}"
     ids = " ".join(str(t) for t in range(max(tasks_per_node, 1)))
     if done is not None:
         return _marked_signal_loop(cmd, ids, done)
@@ -259,20 +266,7 @@ def node_runtime_command(kill_pattern: str, words: Sequence[str], *, job_id: int
     if not ids:
         raise ValueError("RunTimeKill names no container id pattern")
     pattern = " ".join([*parts[first:verb], *words, ids[-1]])
-    values = {"%": "%", "j": str(job_id), "s": str(step_id), "t": "0",
-              "n": '"${SLURMD_NODENAME}"', "u": '"$(id -un)"', "U": '"$(id -u)"'}
-    out: list[str] = []
-    i = 0
-    while i < len(pattern):
-        if pattern[i] != "%":
-            out.append(pattern[i])
-            i += 1
-            continue
-        if i + 1 >= len(pattern) or pattern[i + 1] not in values:
-            raise ValueError(f"%{pattern[i + 1:i + 2]}")
-        out.append(values[pattern[i + 1]])
-        i += 2
-    return "".join(out)
+    return expand_pattern(pattern, node_pattern_values(job_id, step_id))
 
 
 def build_node_step_argv(*, job_id: int, command: str, srun: Sequence[str] = ("srun",),
