@@ -24,7 +24,7 @@ from scrun_py.site.oci_conf_syntax import FALSE_WORDS as _FALSE_WORDS
 from scrun_py.site.oci_conf_syntax import HOOK_TYPES as _HOOK_TYPES
 from scrun_py.site.oci_conf_syntax import RUN_SET as _RUN_SET
 from scrun_py.site.oci_conf_syntax import TRUE_WORDS as _TRUE_WORDS
-from scrun_py.site.oci_conf_syntax import match_pair, read_text
+from scrun_py.site.oci_conf_syntax import PairError, pairs, read_text
 from scrun_py.site.patterns import tokens_in, unknown_tokens
 
 Mode = Literal["run", "create-start", "ignore-config-json"]
@@ -216,30 +216,17 @@ def parse_oci_conf(text: str, source: str = "oci.conf") -> OciConf:
     canonical = {(f.alias or n).lower(): f.alias or n for n, f in OciConf.model_fields.items()}
     data: dict[str, Any] = {}
     where: dict[str, tuple[int, str]] = {}  # alias -> (line, key as written)
-    for lineno, raw in enumerate(text.splitlines(), start=1):
-        # Slurm cuts at the first "#" even inside quotes, and strips backslash escapes;
-        # we refuse backslashes instead of guessing what an escape meant.
-        line = raw.split("#", 1)[0]
-        if "\\" in line:
-            raise OciConfError(f"{source}:{lineno}: backslash escapes and line "
-                               "continuations are not supported")
-        pos, written = 0, ""
-        while line[pos:].strip():
-            found = match_pair(line, pos)
-            if found is None:
-                raise OciConfError(f"{source}:{lineno}: {_syntax_problem(line[pos:], written)}")
-            written, value, pos = found
-            key = canonical.get(written.lower())
-            if key is None:
-                raise OciConfError(f"{source}:{lineno}: {written}: unknown key")
-            if value == "":
-                raise OciConfError(f"{source}:{lineno}: {written}: empty value")
-            if key == "SrunArgs":
-                data.setdefault(key, []).append(value)
-                where.setdefault(key, (lineno, written))
-            else:  # Slurm: a repeated key keeps its latest value
-                data[key] = value
-                where[key] = (lineno, written)
+    try:
+        found = pairs(text, canonical)
+    except PairError as exc:
+        raise OciConfError(f"{source}:{exc.lineno}: {_pair_problem(exc)}") from None
+    for lineno, key, written, value in found:
+        if key == "SrunArgs":
+            data.setdefault(key, []).append(value)
+            where.setdefault(key, (lineno, written))
+        else:  # Slurm: a repeated key keeps its latest value
+            data[key] = value
+            where[key] = (lineno, written)
     try:
         return OciConf.model_validate(data)
     except ValidationError as exc:
@@ -248,6 +235,15 @@ def parse_oci_conf(text: str, source: str = "oci.conf") -> OciConf:
         for detail in exc.errors(include_url=False):
             err.add_note(f"{'.'.join(map(str, detail['loc'])) or 'oci.conf'}: {detail['msg']}")
         raise err from None
+
+
+def _pair_problem(exc: PairError) -> str:
+    """What is wrong with the line `exc` names, in words."""
+    if exc.problem == "backslash":
+        return "backslash escapes and line continuations are not supported"
+    if exc.problem == "syntax":
+        return _syntax_problem(exc.rest, exc.key)
+    return f"{exc.key}: {exc.problem}"
 
 
 def _syntax_problem(rest: str, previous_key: str) -> str:

@@ -36,6 +36,7 @@ from scrun_py.site.patterns import unknown_tokens
 TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
     import os
+    from collections.abc import Mapping
     from typing import Any
 
 TRUE_WORDS = ("yes", "true", "1")
@@ -156,38 +157,53 @@ def missing_text(path: str) -> str:
             "with -f or SLURM_CONF)")
 
 
-def pairs(text: str) -> list[tuple[int, str, str]] | None:
-    """Every ``(line, key as written, value)`` in file order; None when a line is not
-    plain Key=Value pairs (the full parser words the problem)."""
-    out: list[tuple[int, str, str]] = []
+class PairError(ValueError):
+    """Why line `lineno` of oci.conf is not plain Key=Value pairs of known keys:
+    `problem` is "backslash", "syntax" (`rest`: the unread end of the line, `key`: the
+    key of the pair before it, if any), "unknown key" or "empty value" (`key` as
+    written).  oci_conf.parse_oci_conf words it; read_fields leaves the file to it."""
+
+    def __init__(self, lineno: int, problem: str, key: str = "", rest: str = "") -> None:
+        super().__init__(problem)
+        self.lineno, self.problem, self.key, self.rest = lineno, problem, key, rest
+
+
+def pairs(text: str, canonical: Mapping[str, str]) -> list[tuple[int, str, str, str]]:
+    """Every ``(line, key, key as written, value)`` in file order, the one reading of
+    oci.conf's lines (for read_fields and oci_conf.parse_oci_conf): `key` is the
+    spelling `canonical` gives the lowercased key.  PairError at the first problem."""
+    out: list[tuple[int, str, str, str]] = []
     for lineno, raw in enumerate(text.splitlines(), start=1):
+        # Slurm cuts at the first "#" even inside quotes, and strips backslash escapes;
+        # we refuse backslashes instead of guessing what an escape meant.
         line = raw.split("#", 1)[0]
         if "\\" in line:
-            return None
-        pos = 0
+            raise PairError(lineno, "backslash")
+        pos, written = 0, ""
         while line[pos:].strip():
             found = match_pair(line, pos)
             if found is None:
-                return None
-            key, value, pos = found
+                raise PairError(lineno, "syntax", written, line[pos:])
+            written, value, pos = found
+            key = canonical.get(written.lower())
+            if key is None:
+                raise PairError(lineno, "unknown key", written)
             if value == "":
-                return None
-            out.append((lineno, key, value))
+                raise PairError(lineno, "empty value", written)
+            out.append((lineno, key, written, value))
     return out
 
 
 def read_fields(text: str) -> dict[str, Any] | None:
     """Every field of the model (`OciConf.model_dump()`: defaults for keys not set),
     read without pydantic; None when the model must decide (any doubt, any problem)."""
-    found = pairs(text)
-    if found is None:
+    try:
+        found = pairs(text, _CANONICAL)
+    except PairError:
         return None
     data: dict[str, str] = {}
     srun_args: list[str] = []
-    for _line, written, value in found:
-        key = _CANONICAL.get(written.lower())
-        if key is None:
-            return None
+    for _line, key, _written, value in found:
         if key == "SrunArgs":
             srun_args.append(value)
         else:  # Slurm: a repeated key keeps its latest value
