@@ -21,11 +21,10 @@ from scrun_py.base.invocation import Invocation
 from scrun_py.base.logs import rfc3339_now
 from scrun_py.base.records import NamedTuple
 from scrun_py.base.signames import SIGHUP, SIGINT, SIGTERM
-from scrun_py.commands.runtime import runtime_settings
 from scrun_py.container import rootdir, spool
 from scrun_py.container.handle import Container
 from scrun_py.container.record import validate_id
-from scrun_py.site import audit, trust
+from scrun_py.site import audit, oci_settings, trust
 from scrun_py.site.presence import site_file_may_apply
 
 TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
@@ -130,7 +129,8 @@ def _anchor_spec(inv: Invocation, args: CreateArgs, loaded: Bundle,
         except OSError as exc:
             raise ScrunError(f"pid file {pid_path}: {exc.strerror}") from None
     console_socket = args.console_socket if loaded.config.process.terminal else None
-    runtime = RuntimeSettings(**runtime_settings(inv))
+    settings = oci_settings.read_settings(inv.slurm_conf_file())
+    runtime = RuntimeSettings(**{name: settings[name] for name in RuntimeSettings._fields})
     bundle_info = _bundle_info(inv, args.container_id, loaded, rules.site_trust)
     return AnchorSpec(
         container_id=args.container_id, root=inv.root_dir,

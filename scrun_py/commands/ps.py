@@ -35,9 +35,9 @@ class NodeTarget:
 
     def __init__(self, inv: Invocation, record: ContainerRecord, *, verb: str,
                  runtime: str | None = None) -> None:
-        from scrun_py.commands.runtime import runtime_settings
+        from scrun_py.site.oci_settings import read_settings
 
-        settings = runtime_settings(inv)
+        settings = read_settings(inv.slurm_conf_file())
         kill = settings["runtime_kill"]
         if not kill or settings["ignore_file_config_json"]:
             raise ScrunError(f"{verb} needs oci.conf's RunTimeKill to be a crun or runc "

@@ -276,11 +276,6 @@ def _summary(exc: ValidationError, source: str, where: dict[str, tuple[int, str]
     return min(lines, key=lambda item: item[0])[1]
 
 
-def load_oci_conf(path: Path) -> OciConf:
+def load_oci_conf(path: str | Path) -> OciConf:
     """Read and parse ``path``; a missing or unreadable file is an ``OciConfError``."""
     return parse_oci_conf(read_text(path), source=str(path))
-
-
-def find_oci_conf(slurm_conf: Path) -> Path:
-    """oci.conf lives next to slurm.conf (Slurm's rule, configless mode included)."""
-    return slurm_conf.parent / "oci.conf"

@@ -129,6 +129,14 @@ def match_pair(line: str, pos: int) -> tuple[str, str, int] | None:
     return line[i:j], value, stop
 
 
+def oci_conf_path(slurm_conf: str | os.PathLike[str]) -> str:
+    """Where oci.conf is: beside slurm.conf (Slurm's rule, configless mode included).  A
+    string (`create` finds it on its critical path, without pathlib)."""
+    import os
+
+    return os.path.join(os.path.dirname(slurm_conf), "oci.conf")
+
+
 def read_text(path: str | os.PathLike[str]) -> str:
     """oci.conf's text; a missing or unreadable file is an ``OciConfError``.  (A string
     path: `create` reads it on its critical path, without pathlib.)"""

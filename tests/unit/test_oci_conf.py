@@ -10,7 +10,8 @@ import pytest
 from pydantic import ValidationError
 
 from scrun_py.base.errors import ConfigError, OciConfError
-from scrun_py.site.oci_conf import OciConf, find_oci_conf, load_oci_conf, parse_oci_conf
+from scrun_py.site.oci_conf import OciConf, load_oci_conf, parse_oci_conf
+from scrun_py.site.oci_conf_syntax import oci_conf_path
 
 # The run-mode block our 22.05 test cluster uses (docs/oci.conf.md, oci.conf.example).
 RUN = """\
@@ -348,7 +349,8 @@ class TestLoad:
 
     def test_find_next_to_slurm_conf(self) -> None:
         """oci.conf is looked up in slurm.conf's directory."""
-        assert Path("/etc/slurm/oci.conf") == find_oci_conf(Path("/etc/slurm/slurm.conf"))
+        assert "/etc/slurm/oci.conf" == oci_conf_path("/etc/slurm/slurm.conf")
+        assert "/etc/slurm/oci.conf" == oci_conf_path(Path("/etc/slurm/slurm.conf"))
 
 
 class TestSupportedBy:
