@@ -250,7 +250,7 @@ def supervise(argv: list[str], env: dict[str, str], *, slave: int | None = None)
     finally:
         if relay is not None:
             relay.close()
-    return 128 - code if code < 0 else code
+    return procs.exit_code(code)
 
 
 def run(inv: Invocation, container_id: str, opts: ExecOptions,
