@@ -1,4 +1,5 @@
-"""What `create` hands to the anchor process (one JSON argument).
+"""What `create` hands to the anchor process: one JSON document (AnchorSpec) written to a
+pipe the anchor reads to EOF (read_spec), never on its command line (anchor/launch.py).
 
 `create` validates config.json and oci.conf (through pydantic only where a value
 needs it) and passes only the fields the anchor uses, so the anchor never imports

@@ -1,5 +1,6 @@
-"""The command line: the click-free parser with the one fatal path (fast_path), the flag
-table it reads (argv_table, generated from base/flags.py by argv_table_gen) and the
-click layer for everything else (click_app).  Only entry.py and `python -m scrun_py`
-import this package; nothing else in scrun_py may.  It may import any other package.
+"""The command line: the click-free parser (fast_path), the flag table it reads
+(argv_table, generated from base/flags.py by argv_table_gen), the click layer for
+everything else (click_app), and the one fatal path both end in (fatal).  Only entry.py
+and `python -m scrun_py` import this package; nothing else in scrun_py may.  It may
+import any other package.
 """

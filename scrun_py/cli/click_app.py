@@ -3,7 +3,8 @@
 Every option comes from the table in base/flags.py (runc's, crun's and Slurm's scrun's);
 the ones that have no meaning for a Slurm job are accepted and logged at debug
 (fast_path.apply_table).  The verbs cli/fast_path.py also parses run through the same
-commands.dispatch.run_verb; every failure ends in fast_path.fatal, as on the click-free path.
+commands.dispatch.run_verb; every failure ends in cli/fatal.py's fatal, as on the click-free
+path.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from scrun_py.base.errors import NotSupported
 from scrun_py.base.invocation import Invocation
 from scrun_py.base.version import version_text
 from scrun_py.cli import fast_path
+from scrun_py.cli.fatal import fail, fatal
 
 UNSUPPORTED = tuple(v.name for v in flags.VERBS if not v.supported)
 PROG = "scrun-py"
@@ -223,7 +225,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
     args = _normalize(list(sys.argv[1:] if argv is None else argv))
     try:
         # not scrun.main(): it turns Ctrl-C into click.Abort, where the click-free
-        # entry says `interrupted` (fast_path.fail)
+        # entry says `interrupted` (cli/fatal.py's fail)
         with scrun.make_context(PROG, list(args)) as ctx:  # click consumes the list
             scrun.invoke(ctx)
     except click.exceptions.Exit as exc:
@@ -231,9 +233,9 @@ def main(argv: list[str] | None = None) -> NoReturn:
     except click.ClickException as exc:
         _fatal(args, exc.format_message(), exc.exit_code)
     except BaseException as exc:
-        sys.exit(fast_path.fail(args, exc))
+        sys.exit(fail(args, exc))
     sys.exit(0)
 
 
 def _fatal(args: list[str], msg: str, code: int) -> NoReturn:
-    sys.exit(fast_path.fatal(args, msg, code))
+    sys.exit(fatal(args, msg, code))

@@ -1,12 +1,12 @@
 """The command line without click: one parser over the flag table (cli/argv_table.py,
-which base/flags.py generates), the flags that change nothing but a debug record, and
-the one fatal path of every command.
+which base/flags.py generates) and the flags that change nothing but a debug record.
 
 entry.py parses argv here.  What this parser reads (`create`, `start`, `state`,
 `kill`, `delete` with any of their options) runs without importing click; anything
 else (help, usage, version, the other verbs, anything it cannot read) goes to the
 click CLI (cli/click_app.py), which gives the usage errors.  Both run the same verbs
-(commands/), with the same notes (`apply_table`) and the same fatal path (`fail`).
+(commands/), with the same notes (`apply_table`) and the same fatal path (cli/fatal.py,
+imported only when a command fails).
 """
 
 from __future__ import annotations
@@ -132,39 +132,6 @@ def apply_table(inv: Invocation, verb: str, given: Mapping[str, Any]) -> None:
                  "descriptors cannot follow the container to a compute node")
 
 
-def log_target(argv: list[str]) -> tuple[str | None, str]:
-    """--log and --log-format as given among the global options (before the verb), for
-    the fatal path even when parsing failed.  A word after the verb names no log file:
-    `kill -- --log F` has the id `--log` and the signal F."""
-    from scrun_py.base.invocation import log_file_name
-    from scrun_py.cli.argv_table import OPTIONS
-
-    log_name: str | None = None
-    fmt = "text"
-    i = 0
-    while i < len(argv):
-        word = argv[i]
-        if not word.startswith("-") or word == "--":
-            break  # the verb, or the end of the options
-        if "=" in word:
-            name, _, value = word.partition("=")
-            i += 1
-        else:
-            option = OPTIONS[""].get(word)
-            if option is None or option[1] != "value":
-                i += 1
-                continue
-            if i + 1 >= len(argv):
-                break
-            name, value = word, argv[i + 1]
-            i += 2
-        if name == "--log":
-            log_name = log_file_name(value)
-        elif name == "--log-format" and value in ("text", "json"):
-            fmt = value
-    return log_name, fmt
-
-
 def open_log(log_path: str | None) -> None:
     """Fail unless --log (when given) can be appended to, as runc and crun do before the
     verb acts: ScrunError `open log file PATH: REASON` (crun's words), exit status 1.
@@ -205,26 +172,14 @@ def _log_error(what: str, name: str, exc: OSError) -> Exception:
     return ScrunError(f"{what} log file {name}: {exc.strerror or exc}")
 
 
-def fatal(argv: list[str], msg: str, code: int) -> int:
-    """The end of a failed command: one line on stderr, one error record in --log."""
-    from scrun_py.base.logs import fatal_record
+def __getattr__(name: str) -> object:
+    """`fatal` and `fail`, the fatal path both parsers share, live in cli/fatal.py, which
+    this parser imports only when a command fails; named here too, as they were."""
+    if name in ("fatal", "fail"):
+        from scrun_py.cli import fatal
 
-    log_name, fmt = log_target(argv)  # the file already (crun's `file:` taken off)
-    fatal_record(msg, log_name, fmt)
-    return code
-
-
-def fail(argv: list[str], exc: BaseException) -> int:
-    """`fatal` for what a verb raised (never a bare traceback); its exit status."""
-    from scrun_py.base.errors import ScrunError
-
-    if isinstance(exc, ScrunError):
-        return fatal(argv, str(exc), exc.exit_code)
-    if isinstance(exc, KeyboardInterrupt):
-        return fatal(argv, "interrupted", 130)
-    if isinstance(exc, Exception):
-        return fatal(argv, f"internal error: {exc!r}", 1)
-    raise exc
+        return getattr(fatal, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def run(argv: list[str], call: Call) -> int:
@@ -254,4 +209,6 @@ def run(argv: list[str], call: Call) -> int:
     except BaseException as exc:
         if early is not None and not early.sent:
             early.abandon()
+        from scrun_py.cli.fatal import fail
+
         return fail(argv, exc)
