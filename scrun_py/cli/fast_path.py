@@ -172,16 +172,6 @@ def _log_error(what: str, name: str, exc: OSError) -> Exception:
     return ScrunError(f"{what} log file {name}: {exc.strerror or exc}")
 
 
-def __getattr__(name: str) -> object:
-    """`fatal` and `fail`, the fatal path both parsers share, live in cli/fatal.py, which
-    this parser imports only when a command fails; named here too, as they were."""
-    if name in ("fatal", "fail"):
-        from scrun_py.cli import fatal
-
-        return getattr(fatal, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def run(argv: list[str], call: Call) -> int:
     """Run a parsed command line; its exit status."""
     early = None

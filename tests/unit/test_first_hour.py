@@ -327,9 +327,9 @@ def test_fatal_record_goes_to_the_file_log_names(tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """`--log file:PATH` is crun's spelling of PATH: a failed command's record goes to
     PATH, and `file:file:x` names the file `file:x`, never `x`."""
-    from scrun_py.cli import fast_path
+    from scrun_py.cli import fatal
 
     monkeypatch.chdir(tmp_path)
-    assert 3 == fast_path.fatal(["--log", "file:file:x", "state", "c1"], "boom", 3)
+    assert 3 == fatal.fatal(["--log", "file:file:x", "state", "c1"], "boom", 3)
     assert os.path.exists(tmp_path / "file:x")
     assert not os.path.exists(tmp_path / "x")
