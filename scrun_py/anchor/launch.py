@@ -15,6 +15,7 @@ import os
 import sys
 
 from scrun_py.base import procs
+from scrun_py.base.userns import host_ids, userns_prefix
 
 # cli/fast_path.py forks the anchor right after this import, and everything imported
 # before the fork is on create's critical path: os and sys only (subprocess alone
@@ -74,7 +75,7 @@ class EarlyAnchor:
     def fork(cls, slurm_conf: str | None) -> EarlyAnchor | None:
         """Fork the anchor now (`slurm_conf`: create's -f, if given); None when it must
         be a new interpreter (userns_prefix)."""
-        if _userns_ids() is not None:
+        if host_ids() is not None:
             return None
         ready_read, ready_write = os.pipe2(os.O_CLOEXEC)
         pid, spec_write = _fork(ready_read, ready_write, slurm_conf)
@@ -232,37 +233,6 @@ def write_spec(fd: int, data: bytes) -> None:
             view = view[os.write(fd, view):]
     finally:
         os.close(fd)
-
-
-def userns_prefix() -> list[str]:
-    """Run the anchor as the real user when we are root only inside a user namespace.
-
-    Rootless podman runs the runtime as uid 0 of its user namespace.  munge then
-    vouches for the real uid, but salloc/srun put getuid()/getgid() (0) in their
-    requests and slurmctld rejects them ("Invalid user id").  In a nested user
-    namespace that maps the real uid/gid to namespace 0, the anchor and every Slurm
-    command it runs see the real ids.  The pid stays the same (unshare execs).
-
-    unshare is named by its absolute path (procs.resolve_program, this process's PATH,
-    absolute entries only), found when the prefix is needed; OSError (filename
-    "unshare") when there is none.  The program after the prefix must be absolute too:
-    unshare looks a bare name up in PATH, whose empty entry is the current directory.
-    """
-    ids = _userns_ids()
-    if ids is None:
-        return []
-    unshare = procs.resolve_program("unshare", os.environ)
-    return [unshare, "--user", f"--map-user={ids[0]}", f"--map-group={ids[1]}", "--"]
-
-
-def _userns_ids() -> tuple[int, int] | None:
-    """The real uid and gid when we are root only inside a user namespace, else None."""
-    if os.getuid() != 0:
-        return None
-    uid = procs.ns_root_host_id("uid")
-    if uid == 0:
-        return None
-    return uid, procs.ns_root_host_id("gid")
 
 
 def _late_prefix() -> list[str]:

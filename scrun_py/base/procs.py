@@ -140,26 +140,29 @@ def in_user_namespace() -> bool:
 class Result:
     """What a short command did."""
 
-    __slots__ = ("error", "output", "status", "timed_out")
+    __slots__ = ("error", "output", "status", "stderr", "timed_out")
 
     def __init__(self, status: int, output: bytes, timed_out: bool = False,
-                 error: str = "") -> None:
+                 error: str = "", stderr: bytes = b"") -> None:
         self.status = status  # exit code, 128+N for signal N, 124 on timeout, 127: not run
-        self.output = output  # stdout and stderr, interleaved
+        self.output = output  # stdout and stderr, interleaved; stdout alone with `apart`
         self.timed_out = timed_out
         self.error = error  # why it could not start (strerror), '' if it ran
+        self.stderr = stderr  # stderr, with `apart` only
+
+    def _key(self) -> tuple[int, bytes, bool, str, bytes]:
+        return self.status, self.output, self.timed_out, self.error, self.stderr
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Result) and (
-            (self.status, self.output, self.timed_out, self.error)
-            == (other.status, other.output, other.timed_out, other.error))
+        return isinstance(other, Result) and self._key() == other._key()
 
     def __hash__(self) -> int:
-        return hash((self.status, self.output, self.timed_out, self.error))
+        return hash(self._key())
 
     def __repr__(self) -> str:
         return (f"Result(status={self.status!r}, output={self.output!r}, "
-                f"timed_out={self.timed_out!r}, error={self.error!r})")
+                f"timed_out={self.timed_out!r}, error={self.error!r}, "
+                f"stderr={self.stderr!r})")
 
     @property
     def text(self) -> str:
@@ -335,9 +338,11 @@ def spawn(argv: Sequence[str], env: Mapping[str, str], *, stderr: int,
 
 
 def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
-        timeout_s: float | None = 30.0, stdin: bytes | None = None) -> Result:
+        timeout_s: float | None = 30.0, stdin: bytes | None = None,
+        apart: bool = False) -> Result:
     """Run `argv` in its own session (stdin /dev/null unless given); on timeout the
-    whole process group is killed.
+    whole process group is killed.  Its stdout and stderr interleaved in `output`; with
+    `apart`, stdout in `output` and stderr in `stderr`.
 
     argv[0] is resolved by `resolve_program` (the PATH of `env`, else of this process,
     absolute entries only) and run by that path: Popen's own search would honour an
@@ -350,13 +355,13 @@ def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
         proc = subprocess.Popen(
             list(argv), executable=program,
             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE if apart else subprocess.STDOUT,
             env=dict(env) if env is not None else None, start_new_session=True)
     except OSError as exc:
         return Result(NOT_STARTED_STATUS, f"{argv[0]}: {exc.strerror}\n".encode(),
                       error=exc.strerror or str(exc))
     try:
-        out, _ = proc.communicate(stdin, timeout=timeout_s)
+        out, err = proc.communicate(stdin, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         from scrun_py.base.signames import SIGKILL
 
@@ -364,6 +369,6 @@ def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
             os.killpg(proc.pid, SIGKILL)
         except ProcessLookupError:
             pass
-        out, _ = proc.communicate()
-        return Result(TIMEOUT_STATUS, out, timed_out=True)
-    return Result(exit_code(proc.returncode), out)
+        out, err = proc.communicate()
+        return Result(TIMEOUT_STATUS, out, timed_out=True, stderr=err or b"")
+    return Result(exit_code(proc.returncode), out, stderr=err or b"")

@@ -1,5 +1,5 @@
-"""Signal numbers and handlers without signal.py, and signal argument parsing for
-`kill` (runc's rules).
+"""Signal numbers and handlers without signal.py, the relay of signals to a child, and
+signal argument parsing for `kill` (runc's rules).
 
 signal.py builds its enums at import (with enum and collections: 3 ms of import time in
 a `kill` of ~12; 0.4 ms with enum already loaded, on `create`'s critical path in the
@@ -14,8 +14,16 @@ from scrun_py.base.errors import ScrunError
 
 TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
     from types import FrameType
+    from typing import Protocol
+
+    class Signallable(Protocol):
+        """A child process: subprocess.Popen, procs.Spawned, launch.AnchorProcess."""
+
+        returncode: int | None
+
+        def send_signal(self, signum: int) -> None: ...
 
 SIGRTMIN = int(_signal.SIGRTMIN)
 SIGRTMAX = int(_signal.SIGRTMAX)
@@ -40,6 +48,26 @@ def set_handler(sig: int, handler: Callable[[int, FrameType | None], None]) -> N
 def ignore(sig: int) -> None:
     """signal.signal(sig, SIG_IGN)."""
     _signal.signal(sig, _signal.SIG_IGN)
+
+
+class Relay:
+    """Signals to this process that go on to a child (`child`, once it is set) while it
+    runs; one that arrives before the child is set, or once it has been reaped, is
+    dropped.  The one relay of create (to the anchor) and exec's supervisor (to srun)."""
+
+    def __init__(self, signals: Iterable[int], child: Signallable | None = None) -> None:
+        self.child = child
+        for sig in signals:
+            set_handler(sig, self._forward)
+
+    def _forward(self, signum: int, _frame: FrameType | None) -> None:
+        child = self.child
+        if child is None or child.returncode is not None:
+            return
+        try:
+            child.send_signal(signum)
+        except ProcessLookupError:  # exited, not yet reaped
+            pass
 
 
 def parse_signal(value: str) -> int:

@@ -3,7 +3,6 @@ is created (job allocated, stage_in done) or creation failed."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 
 from scrun_py.anchor import launch, readiness
@@ -109,7 +108,8 @@ def _create(inv: Invocation, args: CreateArgs, rules: SiteRules,
     spool.ensure_root(inv.root_dir)
     cdir = spool.make_container_dir(inv.root_dir, args.container_id)
     started = _start_anchor(inv, spec, early, cdir)
-    _forward_signals(started.process)
+    # TERM, INT and HUP to create go on to the anchor (which withdraws the job)
+    signames.Relay((SIGTERM, SIGINT, SIGHUP), started.process)
     _await_created(started, cdir)
     return started.process, applied
 
@@ -171,16 +171,6 @@ def _start_anchor(inv: Invocation, spec: AnchorSpec, early: EarlyAnchor | None,
 
 def _startup_failed(exc: OSError) -> AnchorStartupFailed:
     return AnchorStartupFailed(f"cannot start the container anchor: {exc.strerror}")
-
-
-def _forward_signals(anchor: AnchorProcess) -> None:
-    """TERM, INT and HUP to create go on to the anchor (which withdraws the job)."""
-    def forward(signum: int, _frame: object) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            anchor.send_signal(signum)
-
-    for sig in (SIGTERM, SIGINT, SIGHUP):
-        signames.set_handler(sig, forward)
 
 
 def _await_created(started: Started, cdir: str) -> None:

@@ -3,7 +3,7 @@ without ending its job (a SIGKILLed anchor) runs scancel here, with no backend."
 
 from __future__ import annotations
 
-from scrun_py.base import procs
+from scrun_py.slurm import runner
 from scrun_py.slurm.argv import build_scancel_argv
 
 CANCEL_TIMEOUT_S = 30.0
@@ -12,4 +12,4 @@ CANCEL_TIMEOUT_S = 30.0
 def cancel_job(job_id: int) -> None:
     """scancel the job; a failure is Slurm's to report in its own log (the container is
     deleted either way)."""
-    procs.run(build_scancel_argv(job_id), timeout_s=CANCEL_TIMEOUT_S)
+    runner.run(build_scancel_argv(job_id), timeout_s=CANCEL_TIMEOUT_S)

@@ -4,7 +4,8 @@ Works with every Slurm from 22.05 on; what differs between releases is decided h
 from slurm/releases.py (srun's --container-id exists from 23.02).  The allocation is
 salloc_holder.py's: a salloc whose command reports the job environment and then waits
 for the anchor to send the exit code.  This module runs the container step and the
-helper steps (signals, commands on every node), and scancel.
+helper steps (signals, commands on every node), and scancel; its short commands go
+through slurm/runner.py.
 
 The anchor imports this module before it spawns salloc, which is on `create`'s critical
 path: subprocess, shlex and parse (all three import re) are imported where they are used,
@@ -25,7 +26,7 @@ from scrun_py.base.errors import AllocationFailed, SlurmError, StepLaunchFailed
 from scrun_py.base.signames import SIGKILL
 from scrun_py.base.threads import Cancel
 from scrun_py.slurm import argv as slurm_argv
-from scrun_py.slurm import releases
+from scrun_py.slurm import releases, runner
 from scrun_py.slurm.backend import (
     Allocation,
     AllocRequest,
@@ -339,13 +340,8 @@ class CliSlurm:
 
     @staticmethod
     def _run(argv: Sequence[str], env: dict[str, str] | None = None,
-             timeout_s: float = 30.0) -> procs.Result:
-        res = procs.run(argv, env=env, timeout_s=timeout_s)
-        if res.error:
-            raise SlurmError(f"cannot run {argv[0]}: {res.error}")
-        if res.timed_out:
-            raise SlurmError(f"{argv[0]} timed out after {timeout_s:g}s")
-        return res
+             timeout_s: float = runner.TIMEOUT_S) -> procs.Result:
+        return runner.checked(argv, env=env, timeout_s=timeout_s)
 
 
 def client_release(srun_path: str = "srun") -> tuple[int, int] | None:
