@@ -5,11 +5,11 @@ The container runs on a compute node: a supervisor (this process, or with --deta
 child of it that outlives it) runs a helper step of one task beside the container's
 (`srun --jobid J --overlap`), whose command is the node runtime's `exec` on the
 container's id on the node, both taken from oci.conf's RunTimeKill
-(slurm/argv.node_runtime_command), or `[exec] runtime` in scrun-py.toml.  The process's
-args, env, cwd, user and terminal come from process.json (--process, as docker and
-podman pass it) or, in runc's positional form, from COMMAND and the bundle's
-config.json.  stdio pass through srun (a pty with --tty/--console-socket); srun's own
-exit report is dropped from stderr.  The supervisor forwards SIGTERM, SIGINT, SIGHUP,
+(slurm/node_step.py), or `[exec] runtime` in scrun-py.toml.  The process's args, env,
+cwd, user and terminal come from process.json (--process, as docker and podman pass it)
+or, in runc's positional form, from COMMAND and the bundle's config.json.  stdio pass
+through srun (a pty with --tty/--console-socket); srun's own exit report is dropped from
+stderr.  The supervisor (slurm/node_step.py `supervise`) relays SIGTERM, SIGINT, SIGHUP,
 SIGUSR1 and SIGUSR2 to srun and exits with srun's status: the process's, 128+N for
 signal N.  srun signals every process of the step: a USR1/USR2 reaches the process and
 ends the node's runtime too (status 128+N); TERM, INT and HUP end the step.  The
@@ -26,7 +26,6 @@ from __future__ import annotations
 import os
 import sys
 
-from scrun_py.base import procs
 from scrun_py.base.errors import ScrunError
 from scrun_py.base.layout import CREATED, RUNNING, STOPPED
 from scrun_py.base.records import NamedTuple
@@ -37,13 +36,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from scrun_py.base.invocation import Invocation
-    from scrun_py.commands.ps import NodeTarget
     from scrun_py.container.record import ContainerRecord
-
-FORWARDED = ("SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGUSR2")
-#: the exec'd process's variable, and the container's annotation, that name the node
-EXEC_NODE_VAR = "SCRUN_EXEC_NODE"
-EXEC_NODE_ANNOTATION = "org.scrun-py.exec.node"
 
 
 class ExecOptions(NamedTuple):
@@ -155,44 +148,21 @@ def load_process(process_file: str | None, command: list[str], tty: bool,
 
 def step_argv(inv: Invocation, record: ContainerRecord,
               proc: Process) -> tuple[list[str], dict[str, str]]:
-    """The helper step's argv and environment, on the node exec_node chooses."""
-    from scrun_py.commands.ps import NodeTarget
-    from scrun_py.slurm.node_step import exec_command
+    """The helper step's argv and environment, on the node node_step.exec_node
+    chooses."""
+    from scrun_py.site.oci_settings import node_settings
+    from scrun_py.slurm import node_step
 
-    target = NodeTarget(inv, record, verb="exec", runtime=exec_runtime_setting(inv))
-    chosen = exec_node(proc.env, record.annotations)
+    runtime = exec_runtime_setting(inv)
+    settings = node_settings(inv.slurm_conf_file(), "exec", runtime)
+    target = node_step.NodeTarget(settings, record.job_id, record.step_id, verb="exec")
+    chosen = node_step.exec_node(proc.env, record.annotations)
     if chosen is not None:
-        check_node(target, *chosen)
-    command = target.derived(lambda: exec_command(target.runtime, proc.runtime_words(),
-                                                  proc.args))
+        node_step.check_exec_node(target, *chosen)
+    command = target.derived(lambda: node_step.exec_command(
+        target.runtime, proc.runtime_words(), proc.args))
     return (target.step_argv(command, pty=proc.terminal,
                              nodelist=chosen[0] if chosen else None), target.env())
-
-
-def exec_node(env: list[str], annotations: dict[str, str]) -> tuple[str, str] | None:
-    """The node named for the exec, and what named it: the process's SCRUN_EXEC_NODE (its
-    last one, as a shell would take it), else the container's org.scrun-py.exec.node
-    annotation.  None, an empty value too, for the node of the container's task 0."""
-    values = [e.partition("=")[2] for e in env if e.partition("=")[0] == EXEC_NODE_VAR]
-    if values and values[-1]:
-        return values[-1], f"{EXEC_NODE_VAR} of the process"
-    named = annotations.get(EXEC_NODE_ANNOTATION, "")
-    if named:
-        return named, f"the container's annotation {EXEC_NODE_ANNOTATION}"
-    return None
-
-
-def check_node(target: NodeTarget, node: str, source: str) -> None:
-    """`node` must be one of the nodes of the container's step (squeue's list)."""
-    job = target.record.job_id
-    found = target.step_nodes()
-    if found is None:
-        raise ScrunError(f"exec: cannot tell the nodes of job {job}'s container step "
-                         f"(squeue did not say) to check node {node!r} ({source})")
-    text, nodes = found
-    if node not in nodes:
-        raise ScrunError(f"exec: node {node!r} ({source}) is not one of the container's "
-                         f"nodes (job {job}: {text})")
 
 
 def exec_runtime_setting(inv: Invocation) -> str | None:
@@ -207,55 +177,11 @@ def exec_runtime_setting(inv: Invocation) -> str | None:
     return site_conf.exec_runtime(inv.slurm_conf_file())
 
 
-def supervise(argv: list[str], env: dict[str, str], *, slave: int | None = None) -> int:
-    """Run srun, forwarding FORWARDED signals to it; its exit status (128+N when a
-    signal N ended it).  With `slave` (a pty), srun's stdio is the pty; else stdin and
-    stdout are ours and stderr goes through the relay that drops srun's exit report."""
-    import signal
-    import subprocess
-
-    from scrun_py.slurm.stderr_relay import StderrRelay
-
-    child: list[subprocess.Popen[bytes]] = []
-
-    def forward(signum: int, _frame: object) -> None:
-        if child and child[0].returncode is None:
-            child[0].send_signal(signum)
-
-    for name in FORWARDED:
-        signal.signal(getattr(signal, name), forward)
-    relay = StderrRelay(2) if slave is None else None
-    program = procs.resolve_program(argv[0], env)  # absolute already: never the cwd's
-    try:
-        if slave is not None:
-            proc = subprocess.Popen(argv, executable=program, env=env, stdin=slave,
-                                    stdout=slave, stderr=slave, start_new_session=True)
-            os.close(slave)
-        else:
-            assert relay is not None
-            proc = subprocess.Popen(argv, executable=program, env=env,
-                                    stderr=relay.write_fd)
-            relay.start()
-        child.append(proc)
-        while True:
-            try:
-                code = proc.wait()
-                break
-            except InterruptedError:
-                continue
-        if relay is not None:
-            relay.drain()
-    except OSError as exc:
-        raise ScrunError(f"exec: cannot run {argv[0]}: {exc.strerror}") from None
-    finally:
-        if relay is not None:
-            relay.close()
-    return procs.exit_code(code)
-
-
 def run(inv: Invocation, container_id: str, opts: ExecOptions,
         command: tuple[str, ...] | list[str] = ()) -> int:
     """Exit status of the process (0 with --detach once the supervisor runs)."""
+    from scrun_py.slurm.node_step import supervise
+
     record = exec_record(inv, container_id)
     proc = load_process(opts.process, list(command), opts.tty, record.bundle)
     argv, env = step_argv(inv, record, proc)

@@ -19,7 +19,9 @@ says it for certain: block, cyclic and plane distributions, not arbitrary.  When
 cannot work something out it says so on stderr and runs the container anyway.
 
 This file uses nothing but the standard library, so a node without scrun-py installed
-can run it as `python3 /path/to/taskenv.py …`.
+can run it as `python3 /path/to/taskenv.py …`.  For that reason it imports nothing of
+scrun-py's: its host list and tasks-per-node readers are its own, and slurm/parse.py
+has the login node's (`expand_hostlist`, `max_tasks_per_node`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,11 @@
-"""Helper steps beside a running container's step, on its node: what `ps` and `exec`
-run there (the node's OCI runtime on the container's id on the node, derived from
-oci.conf's RunTimeKill by argv.node_runtime_command), and the container step's id.
+"""Helper steps beside a running container's step, on its node: the one home of what
+`ps` and `exec` do there.  The target (NodeTarget: the container step, its nodes, the
+node chosen for an exec), the node runtime's command line (NodeRuntime: the runtime and
+the container's id on the node, derived from oci.conf's RunTimeKill by
+argv.node_runtime_command), the scripts run on the node, srun's argv (argv.py's pure
+builders), and the two runners: `ps_pids` (srun through slurm/runner.py) and
+`supervise` (exec's srun, its signals relayed, its stdio the caller's or a pty).
+The verbs (commands/ps.py, commands/exec.py) read the settings and print the result.
 
 The scripts here run on a compute node, through argv.build_node_step_argv, which puts
 argv.NODE_PATH_PROLOGUE first: their programs (the runtime, sleep, sed, head, cat, tr,
@@ -9,12 +14,24 @@ id) are found in the absolute entries of the node's PATH only (see slurm/argv.py
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
+from scrun_py.base import procs, signames
+from scrun_py.base.errors import ContainerNotRunning, ScrunError
+from scrun_py.base.records import NamedTuple
 from scrun_py.slurm import argv as slurm_argv
+from scrun_py.slurm import runner
 
-#: waiting for squeue, and for `ps`'s step
+TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+#: waiting for squeue
 QUERY_TIMEOUT_S = 60.0
+#: waiting for `ps`'s step, the node's answer
+STEP_TIMEOUT_S = 60.0
 
 #: how long `ps` and `exec` wait on the node for the container to exist there (tenths
 #: of a second)
@@ -94,19 +111,8 @@ def step_argv(job_id: int, command: str, *, srun: Sequence[str], name: str,
 
 
 def _query(argv: list[str], env: dict[str, str]) -> str | None:
-    """squeue's stdout (stderr apart); None when it fails, times out or is not found.
-    squeue is run by the absolute path procs.resolve_program finds in `env`'s PATH."""
-    import subprocess
-
-    from scrun_py.base import procs
-
-    try:
-        res = subprocess.run(argv, executable=procs.resolve_program(argv[0], env), env=env,
-                             capture_output=True, text=True, timeout=QUERY_TIMEOUT_S,
-                             check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return res.stdout if res.returncode == 0 else None
+    """squeue's stdout (stderr apart); None when it fails, times out or is not found."""
+    return runner.stdout_of(argv, env, QUERY_TIMEOUT_S)
 
 
 def step_nodelist(job_id: int, step_id: int, env: dict[str, str]) -> str | None:
@@ -125,3 +131,206 @@ def container_step_id(job_id: int, env: dict[str, str]) -> int | None:
     ids = parse.parse_step_ids(_query(slurm_argv.build_step_list_argv(job_id), env) or "",
                                JOB_NAME)
     return max(ids) if ids else None
+
+
+# -- the target ---------------------------------------------------------------------------
+
+class NodeSettings(NamedTuple):
+    """What a helper step takes from the site: oci.conf's RunTimeKill, SrunPath and
+    SrunArgs, the slurm.conf of the invocation, and `[exec] runtime` (None: RunTimeKill's
+    runtime)."""
+
+    kill_pattern: str
+    srun_path: str
+    srun_args: list[str]
+    slurm_conf: str
+    runtime: str | None = None
+
+
+class NodeTarget:
+    """Where and how to reach a running container's runtime on its node."""
+
+    def __init__(self, settings: NodeSettings, job_id: int, step_id: int | None, *,
+                 verb: str) -> None:
+        self.settings = settings
+        self.job_id = job_id
+        self.verb = verb
+        if step_id is None:  # the record's, else squeue's
+            step_id = container_step_id(job_id, self.env())
+            if step_id is None:
+                raise ContainerNotRunning()
+        self.runtime = NodeRuntime(settings.kill_pattern, job_id=job_id, step_id=step_id,
+                                   runtime=settings.runtime)
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["SLURM_CONF"] = self.settings.slurm_conf
+        return env
+
+    def derived(self, build: Callable[[], str]) -> str:
+        """`build()`, its ValueError worded as the verb's error."""
+        try:
+            return build()
+        except ValueError as exc:
+            raise ScrunError(f"{self.verb}: cannot derive the node's runtime command from "
+                             f"oci.conf's RunTimeKill: {exc}") from None
+
+    def step_nodes(self) -> tuple[str, list[str]] | None:
+        """The nodes of the container's step: squeue's host list and its names, in
+        order (the first is task 0's); None when squeue does not say."""
+        from scrun_py.slurm import parse
+
+        text = step_nodelist(self.job_id, self.runtime.step_id, self.env())
+        if text is None:
+            return None
+        try:
+            return text, parse.expand_hostlist(text)
+        except ValueError:
+            return text, []
+
+    def step_argv(self, command: str, *, pty: bool = False,
+                  nodelist: str | None = None) -> list[str]:
+        """srun's argv on `nodelist`, by default the first node of the container's step,
+        where its task 0 runs (`--relative=0` when squeue does not say: on 24.11 srun
+        did not always honour it); as root of a user namespace (rootless podman) behind
+        base/userns.py's `unshare` prefix, so that Slurm sees the real uid.  srun and
+        unshare are named by their absolute paths (procs.resolve_program): unshare would
+        look srun up in PATH, whose empty or relative entries name the caller's
+        directory."""
+        from scrun_py.base.userns import userns_prefix
+
+        if nodelist is None:
+            found = self.step_nodes()
+            nodelist = found[1][0] if found and found[1] else None
+        try:
+            prefix = userns_prefix()
+            srun = procs.resolve_program(self.settings.srun_path, self.env())
+        except OSError as exc:
+            raise ScrunError(f"{self.verb}: cannot run {exc.filename}: "
+                             f"{exc.strerror}") from None
+        return [*prefix, *step_argv(self.job_id, command,
+                                    srun=[srun, *self.settings.srun_args],
+                                    name=f"scrun-{self.verb}", pty=pty, nodelist=nodelist)]
+
+
+#: the exec'd process's variable, and the container's annotation, that name the node
+EXEC_NODE_VAR = "SCRUN_EXEC_NODE"
+EXEC_NODE_ANNOTATION = "org.scrun-py.exec.node"
+
+
+def exec_node(env: list[str], annotations: dict[str, str]) -> tuple[str, str] | None:
+    """The node named for the exec, and what named it: the process's SCRUN_EXEC_NODE (its
+    last one, as a shell would take it), else the container's org.scrun-py.exec.node
+    annotation.  None, an empty value too, for the node of the container's task 0."""
+    values = [e.partition("=")[2] for e in env if e.partition("=")[0] == EXEC_NODE_VAR]
+    if values and values[-1]:
+        return values[-1], f"{EXEC_NODE_VAR} of the process"
+    named = annotations.get(EXEC_NODE_ANNOTATION, "")
+    if named:
+        return named, f"the container's annotation {EXEC_NODE_ANNOTATION}"
+    return None
+
+
+def check_exec_node(target: NodeTarget, node: str, source: str) -> None:
+    """`node` must be one of the nodes of the container's step (squeue's list)."""
+    found = target.step_nodes()
+    if found is None:
+        raise ScrunError(f"exec: cannot tell the nodes of job {target.job_id}'s container "
+                         f"step (squeue did not say) to check node {node!r} ({source})")
+    text, nodes = found
+    if node not in nodes:
+        raise ScrunError(f"exec: node {node!r} ({source}) is not one of the container's "
+                         f"nodes (job {target.job_id}: {text})")
+
+
+# -- the runners --------------------------------------------------------------------------
+
+def ps_pids(target: NodeTarget) -> list[int]:
+    """The container's pids on its node: the node runtime's `ps` in a helper step."""
+    argv = target.step_argv(target.derived(lambda: ps_script(target.runtime)))
+    res = runner.run(argv, env=target.env(), timeout_s=STEP_TIMEOUT_S, apart=True)
+    if res.timed_out:
+        raise ScrunError(f"ps: no answer from the node in {STEP_TIMEOUT_S:.0f}s")
+    if res.error:
+        raise ScrunError(f"ps: cannot run {argv[0]}: {res.error}")
+    if res.status != 0:
+        raise ScrunError(f"ps: {step_error(res.stderr.decode(errors='replace'), res.status)}")
+    return parse_pids(res.text)
+
+
+def step_error(stderr: str, status: int) -> str:
+    """The node runtime's last error line (crun's `{"msg":…}` JSON decoded), not srun's
+    own report; srun's when there is nothing else."""
+    import json
+
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    own = [ln for ln in lines if not ln.startswith("srun: ")]
+    if not own:
+        return lines[-1] if lines else f"exit status {status}"
+    last = own[-1]
+    try:
+        msg = json.loads(last).get("msg")
+    except (ValueError, AttributeError):
+        return last
+    return msg if isinstance(msg, str) else last
+
+
+def parse_pids(text: str) -> list[int]:
+    """The node runtime's `ps --format json` output: a JSON array of pids (crun also
+    prints objects with a `pid` key in some versions)."""
+    import json
+
+    try:
+        data: Any = json.loads(text or "[]")
+    except ValueError:
+        raise ScrunError("ps: the node's runtime printed no JSON") from None
+    if data is None:
+        return []
+    out: list[int] = []
+    for item in data if isinstance(data, list) else []:
+        pid = item.get("pid") if isinstance(item, dict) else item
+        if type(pid) is int:
+            out.append(pid)
+    return out
+
+
+#: the signals exec's supervisor relays to srun
+FORWARDED = ("SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGUSR2")
+
+
+def supervise(argv: list[str], env: dict[str, str], *, slave: int | None = None) -> int:
+    """Run exec's srun, relaying FORWARDED signals to it; its exit status (128+N when a
+    signal N ended it).  With `slave` (a pty), srun's stdio is the pty; else stdin and
+    stdout are ours and stderr goes through the relay that drops srun's exit report."""
+    import subprocess
+
+    from scrun_py.slurm.stderr_relay import StderrRelay
+
+    relay = signames.Relay([signames.number(name) for name in FORWARDED])
+    errors = StderrRelay(2) if slave is None else None
+    program = procs.resolve_program(argv[0], env)  # absolute already: never the cwd's
+    try:
+        if slave is not None:
+            proc = subprocess.Popen(argv, executable=program, env=env, stdin=slave,
+                                    stdout=slave, stderr=slave, start_new_session=True)
+            os.close(slave)
+        else:
+            assert errors is not None
+            proc = subprocess.Popen(argv, executable=program, env=env,
+                                    stderr=errors.write_fd)
+            errors.start()
+        relay.child = proc
+        while True:
+            try:
+                code = proc.wait()
+                break
+            except InterruptedError:
+                continue
+        if errors is not None:
+            errors.drain()
+    except OSError as exc:
+        raise ScrunError(f"exec: cannot run {argv[0]}: {exc.strerror}") from None
+    finally:
+        if errors is not None:
+            errors.close()
+    return procs.exit_code(code)

@@ -18,6 +18,7 @@ _NOISE = ("salloc: Granted job allocation", "salloc: Pending job allocation",
 _PREFIX_RE = re.compile(r"^[\w.-]+: (?:error|fatal): ")
 _MAX_ERROR_LINES = 3
 _VERSION_RE = re.compile(r"(\d+)\.(\d+)")
+_RANGE_RE = re.compile(r"^(\d+)(?:-(\d+))?$")
 
 
 def slurm_message(lines: list[str]) -> str:
@@ -102,6 +103,43 @@ def signal_marks(text: str, mark: str) -> set[str]:
         if len(word) == 2 and word[0] == mark:
             found.add(word[1])
     return found
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """Slurm's compact host list (squeue's `n[1-3,5],login`) as names, in order;
+    ValueError when it is not understood.  oci/taskenv.py has its own copy: nodes run
+    that file with the standard library alone (a copy of the file, without scrun-py
+    installed), so it cannot import this one."""
+    names: list[str] = []
+    for item in _split_top(text):
+        if "[" not in item:
+            names.append(item)
+            continue
+        head, _, rest = item.partition("[")
+        body, sep, tail = rest.partition("]")
+        if not sep or "[" in tail:
+            raise ValueError(f"host list not understood: {text!r}")
+        for part in body.split(","):
+            m = _RANGE_RE.match(part)
+            if not m:
+                raise ValueError(f"host list not understood: {text!r}")
+            lo, hi = m.group(1), m.group(2) or m.group(1)
+            names += [f"{head}{n:0{len(lo)}d}{tail}" for n in range(int(lo), int(hi) + 1)]
+    return names
+
+
+def _split_top(text: str) -> list[str]:
+    """Split on the commas that are not inside brackets."""
+    items, depth, cur = [], 0, ""
+    for ch in text:
+        if ch == "," and depth == 0:
+            items.append(cur)
+            cur = ""
+            continue
+        depth += (ch == "[") - (ch == "]")
+        cur += ch
+    items.append(cur)
+    return [i for i in items if i]
 
 
 def max_tasks_per_node(tasks_per_node: str) -> int:

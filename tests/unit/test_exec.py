@@ -13,6 +13,7 @@ import pytest
 
 from scrun_py.base.errors import ScrunError
 from scrun_py.commands import exec as exec_verb
+from scrun_py.slurm import node_step
 from scrun_py.slurm.argv import NODE_PATH_PROLOGUE
 from tests.unit.cli_run import run
 from tests.unit.test_ps import World
@@ -214,7 +215,7 @@ class TestNodeChoice:
                        chosen: tuple[str, str] | None) -> None:
         """The process's SCRUN_EXEC_NODE (its last), else the annotation; an empty value
         is none; None is task 0's node."""
-        assert chosen == exec_verb.exec_node(env, annotations)
+        assert chosen == node_step.exec_node(env, annotations)
 
     @pytest.mark.parametrize(("answer", "where"), [
         ("echo 'n[2-4]'", "--nodelist=n2"),  # the step's first node, task 0's

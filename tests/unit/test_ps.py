@@ -138,11 +138,11 @@ class TestParse:
         ("[true, 3]", [3]),
     ])
     def test_pids(self, text: str, pids: list[int]) -> None:
-        assert pids == ps.parse_pids(text)
+        assert pids == node_step.parse_pids(text)
 
     def test_not_json(self) -> None:
         with pytest.raises(Exception, match="printed no JSON"):
-            ps.parse_pids("PID\n1\n")
+            node_step.parse_pids("PID\n1\n")
 
     def test_render(self) -> None:
         assert "[]\n" == ps.render([], "json")

@@ -18,6 +18,18 @@ class TestParse:
     def test_version(self, text: str, expected: tuple[int, int] | None) -> None:
         assert expected == parse.parse_version(text)
 
+    def test_hostlist(self) -> None:
+        """squeue's host list, as oci/taskenv.py's own copy reads it."""
+        text = "n[1-3],login,a[08-10],c[5]"
+        assert ["n1", "n2", "n3", "login", "a08", "a09", "a10", "c5"] == parse.expand_hostlist(
+            text)
+        from scrun_py.oci import taskenv
+
+        assert taskenv.expand_hostlist(text) == parse.expand_hostlist(text)
+        for bad in ("n[1-x]", "n[1-3", "n[1]x[2]"):
+            with pytest.raises(ValueError, match="host list not understood"):
+                parse.expand_hostlist(bad)
+
     def test_slurm_time(self) -> None:
         """squeue's %e is local time; Unknown/NONE (no limit) is None."""
         when = parse.parse_slurm_time("2026-11-29T12:45:00\n")
