@@ -95,6 +95,11 @@ def slurm_release(environ: dict[str, str] | None = None,
                   timeout_s: float = SLURM_PROBE_TIMEOUT_S) -> str:
     """The release `srun --version` reports (`22.05.8`), or 'unknown'.
 
+    `--version` asks srun here, with a runner of its own (`_output`), rather than
+    through slurm/runner.py: this module may import nothing but the version numbers
+    (tests/unit/test_imports.py), and subprocess alone takes longer to import than srun
+    takes to answer.
+
     srun is not run when $SLURM_CONF names a missing file: 22.05's srun then retries
     reading it for 60 s, even for --version.  Otherwise it runs for at most `timeout_s`
     (it reads slurm.conf, or asks DNS for a configless controller); it takes about 5 ms."""
@@ -105,11 +110,17 @@ def slurm_release(environ: dict[str, str] | None = None,
     if conf and not os.path.isfile(conf):
         return "unknown"
     status, out = _output(["srun", "--version"], env, timeout_s)
-    words = out.decode(errors="replace").split()
-    # "slurm 22.05.8", "slurm-wlm 22.05.8": the release is the last word
-    if status != 0 or not words or not words[-1][:1].isdigit():
-        return "unknown"
-    return words[-1]
+    release = parse_release(out.decode(errors="replace"))
+    return release if status == 0 and release else "unknown"
+
+
+def parse_release(text: str) -> str | None:
+    """What `srun --version` prints ("slurm 22.05.8", "slurm-wlm 24.11.1") → its release,
+    the last word ("22.05.8"); None when that does not start with a digit.  The one
+    reader of that line: slurm/parse.py `parse_version` takes (major, minor) from it,
+    and base/ imports no other layer."""
+    words = text.split()
+    return words[-1] if words and words[-1][:1].isdigit() else None
 
 
 def _resolve_program(name: str, env: dict[str, str]) -> str | None:

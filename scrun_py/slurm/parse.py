@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 import time
 
+from scrun_py.base.version import parse_release
+
 # salloc says so when the job is cancelled or fails while its command still runs
 REVOKED_RE = re.compile(r"[Jj]ob allocation \d+ has been revoked")
 JOB_ID_RE = re.compile(r"(?:job allocation|Pending job allocation|Granted job allocation) (\d+)")
@@ -46,10 +48,11 @@ def slurm_message(lines: list[str]) -> str:
 
 
 def parse_version(text: str) -> tuple[int, int] | None:
-    """`srun --version` ("slurm 22.05.8", "slurm-wlm 24.11.1") → (major, minor)."""
-    words = text.split()
-    m = _VERSION_RE.match(words[-1]) if words else None
-    m = m or _VERSION_RE.search(text)
+    """`srun --version` ("slurm 22.05.8", "slurm-wlm 24.11.1") → (major, minor): the
+    release base/version.py `parse_release` reads (the one reader of that line, which
+    `--version` uses without importing slurm/)."""
+    release = parse_release(text)
+    m = _VERSION_RE.match(release) if release else None
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 

@@ -14,7 +14,7 @@ from scrun_py.slurm import parse
 class TestParse:
     @pytest.mark.parametrize(("text", "expected"), [
         ("slurm 22.05.8\n", (22, 5)), ("slurm-wlm 24.11.1", (24, 11)), ("slurm 25.05.0-1", (25, 5)),
-        ("", None), ("srun: fatal: no config", None)])
+        ("", None), ("srun: fatal: no config", None), ("slurm 22.05.8 (local)", None)])
     def test_version(self, text: str, expected: tuple[int, int] | None) -> None:
         assert expected == parse.parse_version(text)
 
