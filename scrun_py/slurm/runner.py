@@ -1,13 +1,15 @@
 """The one runner of Slurm's short client commands (squeue, scancel, srun --version, the
-helper steps of `kill`, `ps` and the hooks' commands), over base/procs.py `run`: the
-program found on PATH's absolute entries only, in a session of its own, killed with its
-group at the timeout.
+helper steps of `kill` and `ps`), over base/procs.py `run`: the program found on PATH's
+absolute entries only, in a session of its own, killed with its group at the timeout.
 
-Two processes start Slurm's programs otherwise, each for a reason: the long-lived ones
+Slurm's programs start elsewhere in three cases, each for a reason: the long-lived ones
 (salloc and its holder: slurm/salloc_holder.py; the container step: slurm/cli_backend.py
 `launch_step`; exec's helper step: slurm/node_step.py `supervise`) keep their stdio and
 outlive a call; `--version` asks `srun --version` through base/version.py, which may
-import nothing of scrun-py's but the version lines (tests/unit/test_imports.py)."""
+import nothing of scrun-py's but the version lines (tests/unit/test_imports.py); the Lua
+hooks' commands (hooks/_builtins.py `run_command`, the srun of slurm.remote_command
+among them) run with no time limit, as Slurm runs them.  doctor asks Slurm through its
+own probe runner (commands/doctor/context.py), under one deadline for all its checks."""
 
 from __future__ import annotations
 
