@@ -48,6 +48,14 @@ class TestProcs:
         slow = procs.run(["sleep", "10"], timeout_s=0.1)
         assert (124, True) == (slow.status, slow.timed_out)
 
+    def test_run_apart(self) -> None:
+        """With `apart`, stdout alone in `output` and stderr in `stderr` (slurm/runner.py
+        reads squeue's and ps's step's stdout so)."""
+        res = procs.run(["sh", "-c", "echo out; echo err >&2; exit 3"], apart=True)
+        assert (3, b"out\n", b"err\n") == (res.status, res.output, res.stderr)
+        slow = procs.run(["sh", "-c", "echo e >&2; exec sleep 10"], timeout_s=0.3, apart=True)
+        assert (124, b"e\n") == (slow.status, slow.stderr)
+
     def test_run_killed_by_a_signal(self) -> None:
         assert 143 == procs.run(["sh", "-c", "kill -TERM $$"]).status
 

@@ -83,3 +83,35 @@ class TestNames:
         """An empty signal argument is invalid."""
         with pytest.raises(ScrunError, match=r"^invalid signal: empty$"):
             parse_signal(value)
+
+
+class TestRelay:
+    """signames.Relay, the one relay of signals to a child (create's, exec's)."""
+
+    class Child:
+        def __init__(self, gone: bool = False) -> None:
+            self.returncode: int | None = None
+            self.sent: list[int] = []
+            self.gone = gone
+
+        def send_signal(self, signum: int) -> None:
+            if self.gone:
+                raise ProcessLookupError
+            self.sent.append(signum)
+
+    def test_forwards_while_the_child_runs(self) -> None:
+        from scrun_py.base.signames import Relay
+
+        before = signal.getsignal(signal.SIGUSR1)
+        try:
+            relay = Relay([signal.SIGUSR1])
+            signal.raise_signal(signal.SIGUSR1)  # no child yet: dropped
+            child = relay.child = self.Child()
+            signal.raise_signal(signal.SIGUSR1)
+            child.returncode = 0
+            signal.raise_signal(signal.SIGUSR1)  # reaped: dropped
+            assert [signal.SIGUSR1] == child.sent
+            relay.child = self.Child(gone=True)
+            signal.raise_signal(signal.SIGUSR1)  # exited, not reaped: no error
+        finally:
+            signal.signal(signal.SIGUSR1, before)
