@@ -19,7 +19,7 @@ class TestRunner:
         assert 3 == runner.checked(["sh", "-c", "exit 3"]).status
         with pytest.raises(SlurmError, match="cannot run /nonexistent/squeue"):
             runner.checked(["/nonexistent/squeue"])
-        with pytest.raises(SlurmError, match="sleep timed out after 0.2s"):
+        with pytest.raises(SlurmError, match=r"sleep timed out after 0\.2s"):
             runner.checked(["sleep", "10"], timeout_s=0.2)
 
     def test_stdout_of(self) -> None:
