@@ -2,8 +2,8 @@
 
 One thread accepts; each connection gets a thread of its own, since a `start` or
 `delete` request waits for the lifecycle while `state` must still answer.  Sockets are
-the C module's (`_socket`): socket.py's wrapper, about 1 ms of the anchor's imports
-before salloc runs, adds nothing the server uses.
+the C module's (`_socket`): socket.py's wrapper (its cost: base/lean.py) adds nothing
+the server uses.
 
 A flood of connections (a runaway script of the caller's) must not silence the anchor.
 At most MAX_HANDLERS connections are served at once, and each has REQUEST_TIMEOUT_S for

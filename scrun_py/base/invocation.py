@@ -159,7 +159,8 @@ def default_root(environ: dict[str, str] | None = None, uid: int | None = None) 
 
     Slurm's scrun documents `/run/user/<uid>/scrun/` but uses the bare runtime
     dir ($XDG_RUNTIME_DIR itself); we use the documented `scrun` sub-directory.
-    A string: every verb resolves it, and pathlib costs 3 ms of import time.
+    A string: every verb resolves it, and pathlib is an import they do without
+    (base/lean.py).
     """
     env = os.environ if environ is None else environ
     uid = os.getuid() if uid is None else uid

@@ -16,9 +16,41 @@ The processes an engine waits for, once per container or more:
 * `start` and `kill`: one request to the anchor over its socket.
 * `state` (polled) and `delete`.
 
-All of them run without click (entry.py, cli/fast_path.py, cli/argv_table.py).  An
-interpreter's own start is ~8-10 ms here (`--version`, which imports next to nothing,
-takes 9 ms); Slurm's scrun runs whole verbs in 5-16 ms (docs/performance.md).
+All of them run without click (entry.py, cli/fast_path.py, cli/argv_table.py).
+Slurm's scrun runs whole verbs in 5-16 ms (docs/performance.md).
+
+What the modules left out cost
+------------------------------
+The one place these figures are written; every other module points here.  Measured on
+2026-12-04 with Python 3.11.2 on the project's test machine (2 vCPUs, shared), where a
+bare interpreter (`python -I -c pass`) takes 12-13 ms: each module imported alone into
+a fresh interpreter (`python -I`), the median of 15, wall time of the import and the
+growth of the resident set (/proc/self/statm).  Alone means with everything it imports:
+in scrun-py some of that (enum, collections) may be loaded already, so the figures are
+an upper bound; they scale with the machine.
+
+    module              import   resident    what replaces it (rule below)
+    typing               7.9 ms   2.0 MB     rule 1, base/records.py
+    re                   5.1 ms   1.4 MB     string methods (site/oci_conf_syntax.py)
+    pathlib              8.3 ms   2.1 MB     paths as strings (os.path)
+    subprocess           8.9 ms   2.4 MB     base/procs.py `spawn` (os.posix_spawn)
+    socket (socket.py)   5.9 ms   1.5 MB     the C module `_socket`
+    signal (signal.py)   3.7 ms   1.2 MB     the C module `_signal` (base/signames.py)
+    json                 6.6 ms   1.5 MB     container/fastjson.py (the C `_json`)
+    dataclasses         12.3 ms   2.9 MB     base/records.py records
+    tomllib             11.6 ms   2.7 MB     imported only where a scrun-py.toml exists
+    importlib.metadata  27.7 ms   6.2 MB     slurm/choice.py `installed_release`
+    click               23.1 ms   5.1 MB     cli/fast_path.py on the hot paths
+    pydantic            30.2 ms   8.2 MB     the plain readers (oci/bundle.py,
+                                             site/oci_conf_syntax.py `read_fields`)
+    asyncio             33.7 ms  10.5 MB     threads (base/threads.py)
+    structlog           47.3 ms  12.4 MB     base/logs.py `Logger` (structlog: asyncio)
+    datetime             1.4 ms   0.8 MB     base/logs.py `rfc3339_now` (time)
+    lupa                 2.8 ms   1.0 MB     (needed: the anchor runs scrun.lua)
+
+Beyond the import: pydantic's models take tens of ms more to build, and
+collections.namedtuple compiles a `__new__` from source for every record class (about
+0.1 ms each, with over twenty records in the anchor), which base/records.py shares.
 
 The rules
 ---------
@@ -30,55 +62,29 @@ The rules
 
    mypy reads any name `TYPE_CHECKING` as typing's constant (true), Python never runs
    the block, and `from __future__ import annotations` keeps every annotation a string.
-   `from typing import TYPE_CHECKING` would import typing itself: ~2 ms, ~0.5 MB of
-   every anchor.  The block also holds the other imports only annotations use (pathlib's
-   Path, `_socket`, the modules of other layers).  `NamedTuple` and `Protocol` come from
-   base/records.py: typing's NamedTuple compiles every field's annotation into a
-   ForwardRef (1.4 ms for the anchor spec's five records alone), and
-   collections.namedtuple compiles a `__new__` from source for every record (120 µs
-   each, 2.8 ms of the anchor's imports); a record there shares one `__new__`.
-2. **A costly module is imported inside the function that needs it**, where a hot path
-   does not reach that function, or replaced where it does.  The measured costs
-   (`python -X importtime`, Python 3.11, docs/performance.md):
+   `from typing import TYPE_CHECKING` would import typing itself (the table above). The
+   block also holds the other imports only annotations use (pathlib's Path, `_socket`,
+   the modules of other layers). `NamedTuple` and `Protocol` come from base/records.py:
+   typing's NamedTuple compiles every field's annotation into a ForwardRef, and
+   collections.namedtuple compiles a `__new__` from source for every record; a record
+   there shares one `__new__`.
 
-   * typing: ~2 ms, ~0.5 MB of the anchor.  Instead: rule 1, base/records.py.
-   * re (with enum, functools, the sre compiler): 1.5-2.4 ms; pip's console-script
-     wrapper imported it, 7 ms of a 32 ms `state` (hence the plain script
-     bin/scrun-py).  Instead: string methods; site/oci_conf_syntax.py reads oci.conf's
-     pairs and checks its regular expressions by hand.
-   * pathlib (with urllib.parse, ipaddress, fnmatch, re): 3-4 ms, ~0.65-1 MB of the
-     anchor.  Instead: paths are strings (`os.path`) in everything a hot path imports.
-   * subprocess (with locale, re, signal, enum, selectors): ~3 ms of the anchor's
-     start-up before salloc; anchor/launch.py's imports took 16 ms with it before the
-     fork, 3 without.  Instead: base/procs.py `spawn` (os.posix_spawn) starts
-     salloc; subprocess is imported once salloc runs.
-   * socket.py (with selectors, enum, collections): 5 ms of a 20 ms `start`.  Instead:
-     the C module `_socket` (container/handle.py, container/spool.py, anchor/server.py).
-   * signal (its enums, with enum and collections): 3 ms of a ~12 ms `kill`, 0.4 ms of
-     the anchor's imports with enum already loaded.  Instead: the C module `_signal`
-     (base/signames.py: its constants, `set_handler`, `ignore`).
-   * json (with re and enum): a third of a `state`.  Instead: container/fastjson.py, the
-     C scanner and encoder of `_json`; json only to word an error or outside the hot
-     paths.
-   * dataclasses (inspect, ast, dis, tokenize): 7-12 ms of `create`; site/policy.py's
-     import went from 10.3 to 1.7 ms without them.  Instead: base/records.py records.
-   * importlib.metadata: ~100 modules, 28 ms and 4 MB of an anchor beside pyslurm.
-     Instead: slurm/choice.py `installed_release` reads the name of pyslurm's
-     metadata directory.
-   * pydantic: ~95-125 ms of `create`.  Instead: config.json and oci.conf whose values
-     already have their types are read without it (oci/bundle.py `_plain_config`,
-     site/oci_conf_syntax.py `read_fields`); the models only word a file that is wrong.
-   * click: ~17 ms of every verb.  Instead: cli/fast_path.py reads the hot paths'
-     command lines; click parses everything else.
-   * asyncio (structlog imports it): ~12 MB resident and 35 ms of every anchor.
-     Instead: threads (base/threads.py) and base/logs.py `Logger`.
-   * base/flags.py (collections and its records): ~3 ms of `state`, `start`, `kill`,
-     `delete`.  Instead: its table as literals, cli/argv_table.py.
-   * datetime ~0.35 MB and sysconfig's data ~0.2 MB of the anchor; tomllib 5 ms with
-     its re and typing, imported only where a scrun-py.toml exists.
+2. **A costly module is imported inside the function that needs it**, where a hot path
+   does not reach that function, or replaced where it does (the table above says by
+   what).  Where a replacement needs a word more:
+
+   * re: pip's console-script wrapper imported it on every verb, hence the plain script
+     bin/scrun-py; site/oci_conf_syntax.py reads oci.conf's pairs and checks its
+     regular expressions by hand.
+   * subprocess is imported once salloc runs, off `create`'s critical path.
+   * json only words an error, or runs outside the hot paths.
+   * pydantic's models only word a file that is wrong: config.json and oci.conf whose
+     values already have their types are read without them.
+   * base/flags.py (collections and its records) is read by `state`, `start`, `kill`
+     and `delete` as literals, cli/argv_table.py.
 3. **Site files cost only where they exist.**  The modules that read scrun-py.toml
    (site/site_conf.py, site/policy.py, and what site/audit.py needs to read its
-   settings) are imported only when container/handle.py `site_file_may_apply` finds a
+   settings) are imported only when site/presence.py `site_file_may_apply` finds a
    file; pyslurm only by
    slurm/pyslurm_api.py, inside a function.
 

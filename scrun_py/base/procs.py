@@ -303,7 +303,7 @@ def spawn(argv: Sequence[str], env: Mapping[str, str], *, stderr: int,
     `stderr` (a file descriptor) as its stderr; OSError when it cannot be started.
 
     os.posix_spawn rather than subprocess: the anchor spawns salloc this way before it
-    has imported subprocess (with locale, re and selectors, about 3 ms of its start-up,
+    has imported subprocess (with locale, re and selectors: base/lean.py; all of it
     all of it on `create`'s critical path).  argv[0] is resolved to an absolute path by
     `resolve_program` (env's PATH, absolute entries only) before anything else, so the
     program run never depends on `cwd`.  posix_spawn cannot change directory: with

@@ -6,9 +6,9 @@ same fields, defaults, methods and docstring, and the members of
 `collections.namedtuple` (`_fields`, `_field_defaults`, `_make`, `_replace`,
 `_asdict`, its repr and pickling).  typing's own NamedTuple turns every annotation
 (strings here, with `from __future__ import annotations`) into a compiled ForwardRef,
-and typing itself costs ~2 ms to import: together ~3.5 ms of the ~20 ms the anchor
-spent importing.  Nor is `collections.namedtuple` used: it compiles a `__new__` from
-source for every class (eval), 120 µs a record, 2.8 ms for the anchor's 23; here the
+and typing itself is an import the anchor does without (base/lean.py).  Nor is
+`collections.namedtuple` used: it compiles a `__new__` from source for every class
+(eval; base/lean.py gives the cost); here the
 shared `_Record` base holds one `__new__` for all, and a record costs the class
 alone.  A Protocol is only read by mypy; at run time it is a plain base class.
 """

@@ -2,7 +2,8 @@
 can cut short.
 
 The anchor runs on plain threads, not an event loop: one anchor runs per container, and
-asyncio (with what it imports) would add about 6 MB to every one of them.  Every thread
+asyncio (with what it imports) would add its memory to every one of them
+(base/lean.py).  Every thread
 is a daemon: a call that hangs (a Lua hook, a Slurm command) never keeps the anchor
 alive once it has decided to exit.
 """

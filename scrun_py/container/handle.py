@@ -191,8 +191,8 @@ def _connect(address: str) -> Any:
     """A unix stream socket connected to `address`.  A listener whose queue is full (a
     flood of connections from the caller's own processes) answers EAGAIN at once: the
     connection is tried again for up to CONNECT_TIMEOUT_S, as the anchor makes room.
-    The C module: socket.py's wrapper imports selectors and enum (5 ms of a `start` of
-    20); a request needs none of its additions."""
+    The C module: socket.py's wrapper imports selectors and enum (base/lean.py); a
+    request needs none of its additions."""
     import _socket
     import errno
     import time

@@ -22,8 +22,8 @@ if TYPE_CHECKING:  # create imports this module: re is the anchor's
 
     from scrun_py.container.record import ContainerRecord
 
-    # paths in, strings out: the anchor does not import pathlib (about 1 MB of RSS and
-    # 3 ms of its start-up with urllib.parse and ipaddress)
+    # paths in, strings out: the anchor does not import pathlib (with urllib.parse and
+    # ipaddress; its cost: base/lean.py)
     PathArg = str | os.PathLike[str]
 
 def matching_ids(root: PathArg, pattern: str) -> list[str]:

@@ -130,7 +130,8 @@ def system_search_paths(version: tuple[int, int]) -> tuple[str, str]:
     lupa's bundled Lua only searches /usr/local; returns (path, cpath) suffixes.
     """
     ver = f"{version[0]}.{version[1]}"
-    # CPython knows its multiarch triplet; sysconfig's data module costs the anchor ~0.2 MB
+    # CPython knows its multiarch triplet; sysconfig's data module is memory of every
+    # anchor (base/lean.py)
     multiarch = getattr(sys.implementation, "_multiarch", None)
     if multiarch is None:
         import sysconfig

@@ -76,7 +76,7 @@ def _deny_attribute(obj: object, name: object, is_setting: bool) -> object:
 
 def _is_lupa_runtime(name: str) -> bool:
     """lupa.lua54, lupa.luajit21, …: one of lupa's Lua runtimes.  (No re: the anchor
-    loads scrun.lua before salloc runs, and re costs it 1.5 ms of import.)"""
+    loads scrun.lua before salloc runs; re's cost: base/lean.py.)"""
     rest = name.removeprefix("lupa.lua")
     if rest == name:
         return False

@@ -1,21 +1,22 @@
 """oci.conf read without pydantic: its ``Key=Value`` syntax, every key of oci.conf(5)
 checked as the model in `site/oci_conf.py` checks it, and nothing else.
 
-`create` reads oci.conf on its critical path, and importing the model (pydantic) costs
-it ~125 ms.  `read_fields` reads every key Slurm knows, in any capitalization: the 20 of
-`FIELDS`, the keys of 24.11, 25.11 and 26.05 (22.05 knows 8 of them: ContainerPath,
-CreateEnvFile and the RunTime* patterns; "OCI Pattern" in oci.conf(5) is the section on
-the % tokens, not a key).  It returns the values the model would hold
-(`OciConf.model_dump()`), and never reports an error: a line it cannot read, an unknown
-key, a value the model refuses or one it is not sure of, or a file without a valid mode,
-returns None, and the caller then goes through `oci_conf.parse_oci_conf`, which accepts
-the file or words the problem.  So it never accepts a file the model refuses
-(tests/unit/test_oci_conf_syntax.py holds the two to the same answers).
+`create` reads oci.conf on its critical path, and importing the model (pydantic) is the
+costliest import it could make (base/lean.py). `read_fields` reads every key Slurm
+knows, in any capitalization: the 20 of `FIELDS`, the keys of 24.11, 25.11 and 26.05
+(22.05 knows 8 of them: ContainerPath, CreateEnvFile and the RunTime* patterns; "OCI
+Pattern" in oci.conf(5) is the section on the % tokens, not a key). It returns the
+values the model would hold (`OciConf.model_dump()`), and never reports an error: a line
+it cannot read, an unknown key, a value the model refuses or one it is not sure of, or a
+file without a valid mode, returns None, and the caller then goes through
+`oci_conf.parse_oci_conf`, which accepts the file or words the problem. So it never
+accepts a file the model refuses (tests/unit/test_oci_conf_syntax.py holds the two to
+the same answers).
 
 EnvExclude and RunTimeEnvExclude are regular expressions, which the model compiles with
-Python's re.  re is not imported here: its import costs ~2.4 ms even with enum and
-functools already loaded (`python -X importtime`, Python 3.11), five times this whole
-read, and `create` does not use the expressions (slurmstepd applies them on the nodes).
+Python's re.  re is not imported here: its import costs more than this whole read
+(base/lean.py), and `create` does not use the expressions (slurmstepd applies them on
+the nodes).
 `regex_compiles` checks them by hand instead: it accepts a plain subset of the syntax
 (literal characters, ".", "^", "$", "|", groups that do not start with "(?", bracket
 expressions, and one "*", "+", "?" or "{m}", "{m,}", "{m,n}" after an item that can
@@ -94,7 +95,7 @@ def match_pair(line: str, pos: int) -> tuple[str, str, int] | None:
     double-quoted (no escapes) or a run of characters that are neither spaces nor
     quotes, followed by a space or the end of the line.  (key as written, value,
     where the pair ends), or None.  By hand rather than with re: `create` reads
-    oci.conf on its critical path, and re costs it over 1 ms of import time."""
+    oci.conf on its critical path (re's cost: base/lean.py)."""
     end = len(line)
     i = pos
     while i < end and line[i].isspace():

@@ -1,7 +1,7 @@
 """What scrun-py reads from slurm.conf itself (Slurm's commands read the rest).
 
 No re: the anchor reads ClusterName (for scrun.lua's `slurm.CLUSTER_NAME`) before salloc
-runs, and re costs it 1.5-2.4 ms of import (base/lean.py)."""
+runs, and re's import is on its critical path (its cost: base/lean.py)."""
 
 from __future__ import annotations
 
