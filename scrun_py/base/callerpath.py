@@ -10,6 +10,9 @@ turn them against the caller.  The one home of these rules:
 - a file is opened with O_NONBLOCK and O_NOFOLLOW, then checked with fstat: a FIFO,
   socket, device or directory where a file is expected is refused at once (only the
   null device passes), so that nothing a caller names can block a verb;
+- a file the caller would create (a log) that another user made first is refused, unless
+  that user owns the directory (or is root): what is appended to it would be theirs to
+  read;
 - a file is removed with `unlinkat` on its directory's descriptor, after an `fstatat`
   that it is a regular file of the caller's (and, when asked, after reading that it
   holds what the caller wrote).
@@ -83,6 +86,20 @@ def _check_link(dfd: int, name: str, st: os.stat_result, shown: str) -> str:
     return target
 
 
+def _check_planted(dfd: int, st: os.stat_result, shown: str) -> None:
+    """A file the caller would create (a log) that is already there must be the
+    caller's, root's or its directory owner's: another user who made it first, world
+    writable, in /tmp, would read every record appended to it (the rule
+    `fs.protected_regular` applies in sticky directories, applied everywhere)."""
+    import stat
+
+    euid = os.geteuid()
+    if (stat.S_ISREG(st.st_mode) and euid != 0
+            and st.st_uid not in (euid, 0, os.fstat(dfd).st_uid)):
+        raise _refused(shown, f"a file of uid {st.st_uid}, who owns neither it nor its "
+                              f"directory for uid {euid}")
+
+
 def resolve_last(path: str, *, links: bool = True) -> tuple[int, str, os.stat_result | None]:
     """The directory that holds `path`'s file once its symbolic links that may be
     followed are (an O_PATH descriptor, the caller closes it), the file's name there and
@@ -124,6 +141,8 @@ def open_file(path: str, flags: int, mode: int = 0o644, *, links: bool = True) -
     try:
         if st is not None and not _file_like(st):
             raise _refused(path, f"{kind(st.st_mode)}, not a regular file")
+        if st is not None and flags & os.O_CREAT:
+            _check_planted(dfd, st, path)
         fd = os.open(name, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode,
                      dir_fd=dfd)
     finally:

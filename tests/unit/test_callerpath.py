@@ -100,6 +100,30 @@ class TestOpen:
         callerpath.append(str(home / "link"), b"x")
         assert "x" == target.read_text()
 
+    @as_root
+    def test_file_made_first_by_another_user(self, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+        """A log another user made first (0666, in a directory they do not own) would let
+        them read every record: refused to a caller who would create it; a file of the
+        directory's owner, of root, or opened without O_CREAT, is used."""
+        log = tmp_path / "scrun.log"
+        log.write_text("")
+        log.chmod(0o666)
+        os.chown(log, OTHER_UID, OTHER_UID)
+        monkeypatch.setattr(os, "geteuid", lambda: 4343)
+        with pytest.raises(callerpath.Refused) as info:
+            callerpath.append(str(log), b"secret\n")
+        assert ("a file of uid 4242, who owns neither it nor its directory for uid 4343: "
+                "refusing it") == info.value.strerror
+        assert "" == log.read_text()
+        os.close(callerpath.open_file(str(log), os.O_RDONLY))  # reading it is fine
+        os.chown(tmp_path, OTHER_UID, OTHER_UID)  # the directory's owner's file: used
+        callerpath.append(str(log), b"x")
+        os.chown(tmp_path, 0, 0)
+        os.chown(log, 0, 0)  # root's: used
+        callerpath.append(str(log), b"y")
+        assert "xy" == log.read_text()
+
     def test_no_links_at_all(self, tmp_path: Path) -> None:
         (tmp_path / "link").symlink_to(tmp_path / "target")
         with pytest.raises(callerpath.Refused, match="a symbolic link: refusing it"):
