@@ -391,26 +391,16 @@ class TestFloodFuzz:
 
 # ---- delete --force of an anchor that answers nothing ----------------------------------------
 
-def _scancel_stand_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A `scancel` on PATH that records its arguments; the file it writes them to."""
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    seen = tmp_path / "scancel.args"
-    (bindir / "scancel").write_text(f'#!/bin/sh\necho "$@" > {seen}\n')
-    (bindir / "scancel").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
-    return seen
-
-
 class TestDeleteSilentAnchor:
     @pytest.mark.parametrize("force", [True, False])
     def test_silent_anchor_is_killed_first(self, tmp_path: Path, force: bool,
+                                           scancel_args: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
         """A created container's anchor that answers nothing (stopped, its backlog full):
         delete (--force or not: deleting a created container kills it) SIGKILLs the
         anchor, cancels its job, and only once the anchor is gone removes the directory;
         nothing is left."""
-        seen = _scancel_stand_in(tmp_path, monkeypatch)
+        seen = scancel_args
         monkeypatch.setattr(delete, "ANCHOR_EXIT_WAIT_S", 0.2)
         child = AnchorChild(tmp_path, 1024)
         try:

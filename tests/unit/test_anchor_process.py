@@ -25,21 +25,10 @@ from scrun_py.anchor.signals import HANDLED
 from scrun_py.base.errors import AllocationFailed, ContainerStillRunning, ProtocolError
 from scrun_py.container import spool
 from scrun_py.container.handle import Container
-from scrun_py.slurm import cli_backend
 from tests.unit.anchor_harness import quiet_logger
 from tests.unit.fake_slurm import FakeSlurm
 
 CID = "c1"
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
-    backend = FakeSlurm()
-    monkeypatch.setattr(cli_backend, "CliSlurm", lambda **_kw: backend)
-    monkeypatch.setenv("SCRUN_PY_SLURM_BACKEND", "cli")
-    for var in ("SLURM_JOB_ID", "SCRUN_PY_LUA", "SCRUN_PY_ALLOC_TIMEOUT"):
-        monkeypatch.delenv(var, raising=False)
-    return backend
 
 
 @pytest.fixture

@@ -86,17 +86,10 @@ class TestDelete:
         assert RUNC_REFUSAL in capsys.readouterr().err
         assert (cdir / spool.STATE_FILE).exists()
 
-    def test_dead_anchor_job_is_cancelled(self, tmp_root: Path, tmp_path: Path,
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    def test_dead_anchor_job_is_cancelled(self, tmp_root: Path, scancel_args: Path) -> None:
         """A running record whose anchor died: delete runs `scancel JOB` itself (here a
         stand-in on PATH that records its argv) and removes the container."""
-        bindir = tmp_path / "bin"
-        bindir.mkdir()
-        seen = tmp_path / "scancel.args"
-        fake = bindir / "scancel"
-        fake.write_text(f'#!/bin/sh\necho "$@" > {seen}\n')
-        fake.chmod(0o755)
-        monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+        seen = scancel_args
         cdir = stored(tmp_root, "running", IMPOSSIBLE_PID, job_id=42, owns_job=True)
         assert 0 == run(["--root", str(tmp_root), "delete", "c1"])
         assert "42\n" == seen.read_text()
@@ -104,18 +97,13 @@ class TestDelete:
 
     @pytest.mark.parametrize("plant", ["open-dir", "open-file", "foreign-dir"])
     def test_planted_record_not_acted_on(self, tmp_root: Path, tmp_path: Path,
-                                         monkeypatch: pytest.MonkeyPatch,
+                                         scancel_args: Path,
                                          capsys: pytest.CaptureFixture[str],
                                          plant: str) -> None:
         """A record another user could have written (its directory or state.json
         writable by others, or a directory that is not the caller's) is not trusted:
         delete refuses with one line, runs no scancel and leaves the recorded pid file."""
-        bindir = tmp_path / "bin"
-        bindir.mkdir()
-        seen = tmp_path / "scancel.args"
-        (bindir / "scancel").write_text(f'#!/bin/sh\necho "$@" > {seen}\n')
-        (bindir / "scancel").chmod(0o755)
-        monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+        seen = scancel_args
         pid_file = tmp_path / "victim.pid"
         pid_file.write_text(str(IMPOSSIBLE_PID))
         cdir = stored(tmp_root, "running", IMPOSSIBLE_PID, job_id=42, owns_job=True,

@@ -21,7 +21,6 @@ import pytest
 from scrun_py.base.errors import ScrunError
 from scrun_py.commands import exec as exec_verb
 from scrun_py.oci import bundle as oci_bundle
-from scrun_py.slurm import cli_backend
 from tests.unit.cli_run import run as run_cli
 from tests.unit.fake_slurm import FakeSlurm
 from tests.unit.test_launch import _processes_naming
@@ -53,16 +52,6 @@ def _bundle(tmp_path: Path, fields: dict[str, Any]) -> Path:
               "annotations": fields.get("annotations", {})}
     (bundle / "config.json").write_text(json.dumps(config))
     return bundle
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
-    backend = FakeSlurm()
-    monkeypatch.setattr(cli_backend, "CliSlurm", lambda **_kw: backend)
-    monkeypatch.setenv("SCRUN_PY_SLURM_BACKEND", "cli")
-    for var in ("SLURM_JOB_ID", "SCRUN_PY_LUA", "SCRUN_PY_ALLOC_TIMEOUT"):
-        monkeypatch.delenv(var, raising=False)
-    return backend
 
 
 class TestBundle:
