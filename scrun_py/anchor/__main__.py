@@ -70,7 +70,7 @@ def _prepare(spec: AnchorSpec, log: Logger) -> Lifecycle:
         # IgnoreFileConfigJson: the runtime does not know the container by our bundle
         runtime_kill=None if oci_conf.ignore_file_config_json else oci_conf.runtime_kill),
         log)
-    job_opts = job_options(environ)
+    job_opts = job_options(environ, spec.container_id)
     for name in job_opts.ignored:
         log.warning(ignored_warning(name), variable=name)
     return Lifecycle(SupervisedContainer(spec, bundle, hooks, environ, log), backend, job_opts,

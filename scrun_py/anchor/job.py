@@ -89,7 +89,7 @@ class Job:
 
             try:
                 self.alloc = self.backend.allocate(AllocRequest(
-                    self.job_opts.alloc, dict(container.environ), on_job_id,
+                    self.job_opts.alloc, {**container.environ, **self.job_opts.env}, on_job_id,
                     self.alloc_timeout_s, str(container.abandon_script()), on_pending),
                     cancel)
             finally:

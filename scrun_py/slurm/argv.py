@@ -76,9 +76,10 @@ def holder_script(env_path: str) -> str:
 def build_salloc_argv(alloc_opts: Sequence[str], env_path: str,
                       salloc: str = "salloc") -> list[str]:
     """salloc running holder_script (`env_path`: env's absolute path); salloc itself is
-    resolved by procs.spawn."""
-    return [salloc, f"--job-name={JOB_NAME}", *alloc_opts, "--", "/bin/sh", "-c",
-            holder_script(env_path)]
+    resolved by procs.spawn.  The job is named `scrun` unless `alloc_opts` name it."""
+    named = any(opt.startswith("--job-name=") for opt in alloc_opts)
+    return [salloc, *(() if named else (f"--job-name={JOB_NAME}",)), *alloc_opts, "--",
+            "/bin/sh", "-c", holder_script(env_path)]
 
 
 def build_srun_argv(req: StepRequest, *, srun_path: str = "srun",

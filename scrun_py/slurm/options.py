@@ -17,8 +17,6 @@ if TYPE_CHECKING:
     Where = Literal["alloc", "step", "removed"]
 
 
-
-
 class Opt(NamedTuple):
     option: str
     where: Where = "alloc"
@@ -103,11 +101,19 @@ SCRUN_OPTIONS: dict[str, Opt] = {
 # config.json annotations that stand for a SCRUN_* variable (the variable wins)
 ANNOTATION_OPTIONS: dict[str, str] = {"org.scrun-py.licenses": "SCRUN_LICENSES"}
 
-# Slurm forces the job name; SCRUN_JOB_NAME is parsed and then overridden.
+# The container's step is named `scrun`, as Slurm's scrun names it (the backends find
+# the step by this name).  The job is named after the container (job_name below).
 JOB_NAME = "scrun"
+# slurmctld refuses a longer job name
+MAX_JOB_NAME = 1024
+# salloc reads the job's container id from this variable (Slurm >= 23.02, the release
+# that added --container-id; 22.05's salloc ignores it): the container id Slurm's scrun
+# sets on its job, which `squeue -O ContainerId` shows
+CONTAINER_ID_ENV = "SALLOC_CONTAINER_ID"
 # Variables that are read and then ignored, with the reason the warning gives.
 IGNORED: dict[str, str] = {
-    "SCRUN_JOB_NAME": f"every container job is named {JOB_NAME!r}, as in Slurm's scrun",
+    "SCRUN_JOB_NAME": ("not a job name Slurm takes (empty, a control character, or longer "
+                       f"than {MAX_JOB_NAME} bytes): the job is named after the container"),
     "SCRUN_POWER": "salloc has no --power option any more (Slurm removed it)",
 }
 _EXCLUSIVE_VALUES = ("user", "mcs", "topo")
@@ -125,9 +131,12 @@ def flag_is_set(value: str) -> bool:
 
 
 class JobOptions:
-    def __init__(self, alloc: list[str] | None = None, step: list[str] | None = None) -> None:
+    def __init__(self, alloc: list[str] | None = None, step: list[str] | None = None,
+                 env: dict[str, str] | None = None) -> None:
         self.alloc = alloc or []
         self.step = step or []
+        # added to salloc's environment (CONTAINER_ID_ENV)
+        self.env = env or {}
         # read and not applied: never dropped silently, the anchor logs `ignored_warning`
         self.ignored: list[str] = []
 
@@ -137,9 +146,35 @@ def ignored_warning(name: str) -> str:
     return f"{name} is ignored: {IGNORED.get(name, 'not supported')}"
 
 
-def job_options(environ: dict[str, str]) -> JobOptions:
-    """Translate SCRUN_* variables of `environ` into salloc and srun options."""
+def job_name_problem(name: str) -> str:
+    """Why Slurm would refuse `name` as a job name, or ''."""
+    if not name.strip():
+        return "empty"
+    if len(name.encode(errors="surrogateescape")) > MAX_JOB_NAME:
+        return f"longer than {MAX_JOB_NAME} bytes"
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        return "a control character"
+    return ""
+
+
+def job_name(environ: dict[str, str], container_id: str) -> str:
+    """The job's name: SCRUN_JOB_NAME when it is a name Slurm takes, else the container's
+    id (a valid container id always is: container/record.py), else `scrun` (no id)."""
+    wanted = environ.get("SCRUN_JOB_NAME")
+    if wanted is not None and not job_name_problem(wanted):
+        return wanted
+    return container_id or JOB_NAME
+
+
+def job_options(environ: dict[str, str], container_id: str = "") -> JobOptions:
+    """Translate SCRUN_* variables of `environ` into salloc and srun options; the job is
+    named and tagged after `container_id` (job_name, CONTAINER_ID_ENV)."""
     out = JobOptions()
+    name = job_name(environ, container_id)
+    if name != JOB_NAME:  # salloc's argv names the job `scrun` otherwise (slurm/argv.py)
+        out.alloc.append(f"--job-name={name}")
+    if container_id:
+        out.env[CONTAINER_ID_ENV] = container_id
     chdir: str | None = None
     switches: str | None = environ.get("SCRUN_REQ_SWITCH")
     wait4 = environ.get("SCRUN_WAIT4SWITCH")
@@ -148,7 +183,8 @@ def job_options(environ: dict[str, str]) -> JobOptions:
             continue
         opt, value = SCRUN_OPTIONS[name], environ[name]
         if name == "SCRUN_JOB_NAME":
-            out.ignored.append(name)
+            if job_name_problem(value):  # named after the container (job_name)
+                out.ignored.append(name)
             continue
         if name in ("SCRUN_REMOTE_CWD", "SCRUN_WORKING_DIR"):
             continue

@@ -285,10 +285,13 @@ class TestBuilders:
         assert '/usr/bin/runc --root=/r ps 1.0.0' == slurm_argv.node_runtime_command(
             "exec /usr/bin/runc --root=/r kill -a %j.%s.%t 9", ["ps"], job_id=1, step_id=0)
 
-    def test_salloc_forces_job_name_first(self) -> None:
-        """salloc always gets --job-name=scrun before the caller's options."""
+    def test_salloc_job_name(self) -> None:
+        """salloc names the job `scrun` unless the options name it (slurm/options.py
+        names it after the container): one --job-name either way."""
         argv = slurm_argv.build_salloc_argv(["--job-name=mine"], "/usr/bin/env")
-        assert ["salloc", "--job-name=scrun", "--job-name=mine"] == argv[:3]
+        assert ["salloc", "--job-name=mine", "--"] == argv[:3]
+        assert ["salloc", "--job-name=scrun", "--"] == \
+            slurm_argv.build_salloc_argv([], "/usr/bin/env")[:3]
 
     def test_salloc_shell_is_last(self) -> None:
         """The holder script runs under /bin/sh -c after a `--` separator."""

@@ -6,7 +6,16 @@ from __future__ import annotations
 
 import pytest
 
-from scrun_py.slurm.options import JOB_NAME, SCRUN_OPTIONS, flag_is_set, job_options
+from scrun_py.slurm.argv import build_salloc_argv
+from scrun_py.slurm.options import (
+    CONTAINER_ID_ENV,
+    JOB_NAME,
+    MAX_JOB_NAME,
+    SCRUN_OPTIONS,
+    flag_is_set,
+    ignored_warning,
+    job_options,
+)
 
 # scrun(1)'s INPUT ENVIRONMENT VARIABLES, written out independently of SCRUN_OPTIONS so that a
 # typo in either one fails a test.  "step" marks Slurm's srun-only (✗) options,
@@ -80,14 +89,15 @@ FLAGS: dict[str, tuple[str, str]] = {
     "SCRUN_UNBUFFEREDIO": ("--unbuffered", "step"),
     "SCRUN_USE_MIN_NODES": ("--use-min-nodes", "alloc"),
 }
-IGNORED = ("SCRUN_JOB_NAME", "SCRUN_POWER")
+NAME = ("SCRUN_JOB_NAME",)
+IGNORED = ("SCRUN_POWER",)
 SPECIAL = ("SCRUN_REMOTE_CWD", "SCRUN_WORKING_DIR", "SCRUN_REQ_SWITCH", "SCRUN_WAIT4SWITCH")
 
 
 class TestOptionTable:
     def test_table_covers_every_variable(self) -> None:
         """SCRUN_OPTIONS holds exactly the variables of scrun(1), no more, no fewer."""
-        expected = set(VALUED) | set(FLAGS) | set(IGNORED) | set(SPECIAL)
+        expected = set(VALUED) | set(FLAGS) | set(NAME) | set(IGNORED) | set(SPECIAL)
         assert expected == set(SCRUN_OPTIONS)
 
     @pytest.mark.parametrize("name", sorted(VALUED))
@@ -115,16 +125,65 @@ class TestOptionTable:
 
     @pytest.mark.parametrize("name", IGNORED)
     def test_ignored_variable(self, name: str) -> None:
-        """SCRUN_JOB_NAME and the removed SCRUN_POWER are ignored, not applied."""
+        """The removed SCRUN_POWER is ignored (with a warning), not applied."""
         out = job_options({name: "x"})
-        assert ([], []) == (out.alloc, out.step)
+        assert ([], [], [name]) == (out.alloc, out.step, out.ignored)
 
-    def test_job_name_is_forced(self) -> None:
-        """Slurm overrides the job name with `scrun`, whatever SCRUN_JOB_NAME says."""
+    def test_step_keeps_slurms_name(self) -> None:
+        """The container's step is named `scrun`, as Slurm's scrun names it."""
         assert "scrun" == JOB_NAME
-        out = job_options({"SCRUN_JOB_NAME": "mine"})
-        assert not any("mine" in opt for opt in out.alloc + out.step)
 
+
+class TestJobName:
+    """The job is named after its container, so `squeue --me` tells containers apart;
+    SCRUN_JOB_NAME names it instead (Slurm's scrun overrides it with `scrun`)."""
+
+    def test_named_after_the_container(self) -> None:
+        """Without SCRUN_JOB_NAME the job's name is the container id, first in salloc's
+        options, and salloc's argv then has no other name."""
+        out = job_options({"SCRUN_TIMELIMIT": "5"}, "c0ffee")
+        assert ["--job-name=c0ffee", "--time=5"] == out.alloc
+        argv = build_salloc_argv(out.alloc, "/usr/bin/env", "/usr/bin/salloc")
+        assert ["--job-name=c0ffee"] == [a for a in argv if a.startswith("--job-name")]
+
+    def test_scrun_job_name_wins(self) -> None:
+        """A usable SCRUN_JOB_NAME names the job, kept verbatim (spaces, '=')."""
+        out = job_options({"SCRUN_JOB_NAME": "my job=1"}, "c0ffee")
+        assert (["--job-name=my job=1"], []) == (out.alloc, out.ignored)
+
+    def test_no_container_id_keeps_scrun(self) -> None:
+        """Without a container id (and SCRUN_JOB_NAME) salloc's argv names the job
+        `scrun`."""
+        out = job_options({})
+        assert [] == out.alloc
+        argv = build_salloc_argv(out.alloc, "/usr/bin/env", "/usr/bin/salloc")
+        assert ["--job-name=scrun"] == [a for a in argv if a.startswith("--job-name")]
+
+    @pytest.mark.parametrize(("value", "why"), [
+        ("", "empty"), ("  ", "empty"), ("a\nb", "control"), ("tab\there", "control"),
+        ("x" * (MAX_JOB_NAME + 1), "longer"), ("é" * (MAX_JOB_NAME // 2 + 1), "longer")])
+    def test_unusable_name_falls_back(self, value: str, why: str) -> None:
+        """A SCRUN_JOB_NAME Slurm would refuse (empty, a control character, more bytes
+        than slurmctld takes) is ignored with a warning: the container id names the job."""
+        out = job_options({"SCRUN_JOB_NAME": value}, "c0ffee")
+        assert (["--job-name=c0ffee"], ["SCRUN_JOB_NAME"]) == (out.alloc, out.ignored)
+        assert "named after the container" in ignored_warning("SCRUN_JOB_NAME")
+        assert why in ignored_warning("SCRUN_JOB_NAME")
+
+    def test_longest_name_is_taken(self) -> None:
+        """A name of exactly MAX_JOB_NAME bytes is Slurm's to take."""
+        name = "n" * MAX_JOB_NAME
+        assert [f"--job-name={name}"] == job_options({"SCRUN_JOB_NAME": name}, "c").alloc
+
+    def test_container_id_for_salloc(self) -> None:
+        """The container id goes to salloc's environment, where salloc >= 23.02 takes it
+        as the job's container id (22.05 has no such field and ignores it)."""
+        assert {CONTAINER_ID_ENV: "c0ffee"} == job_options({}, "c0ffee").env
+        assert "SALLOC_CONTAINER_ID" == CONTAINER_ID_ENV
+        assert {} == job_options({}).env
+
+
+class TestUnrelated:
     def test_unrelated_environment_is_ignored(self) -> None:
         """Variables outside the table, including other SCRUN_* ones, produce nothing."""
         out = job_options({"PATH": "/bin", "SLURM_JOB_ID": "7", "SCRUN_DEBUG": "debug",
