@@ -25,7 +25,10 @@ TEST_USER=${SCRUN_TEST_USER:-scruntest}
 VENV=${SCRUN_TEST_VENV:-/opt/scrun-py/venv}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 ENG=$STATE/engines
-CONF=$ENG/conf
+# the engines' scrun-py reads slurm.conf, oci.conf and scrun.lua here: the cluster's files
+# (links) and lua/scrun-staging.lua, or, for the site cluster (SCRUN_TEST_ENGINE_CONF=
+# /run/slurm/conf), the configless login node's copies that sackd fetched
+CONF=${SCRUN_TEST_ENGINE_CONF:-$ENG/conf}
 DOCKER=$STATE/docker
 DOCKER_SOCK=$DOCKER/docker.sock
 IMAGE=scrun-busybox
@@ -54,10 +57,13 @@ user_run() {  # run a command as the test user, the way the tests do
 
 write_config() {
     [ -f "$STATE/slurm.conf" ] || { log "no cluster: run scripts/cluster.sh up first"; exit 1; }
-    install -d -m 755 "$ENG" "$CONF" "$ENG/podman" "$DOCKER"
-    ln -sfn "$STATE/slurm.conf" "$CONF/slurm.conf"
-    ln -sfn "$STATE/oci.conf" "$CONF/oci.conf"
-    install -m 644 "$REPO/lua/scrun-staging.lua" "$CONF/scrun.lua"
+    install -d -m 755 "$ENG" "$ENG/podman" "$DOCKER"
+    if [ "$CONF" = "$ENG/conf" ]; then
+        install -d -m 755 "$CONF"
+        ln -sfn "$STATE/slurm.conf" "$CONF/slurm.conf"
+        ln -sfn "$STATE/oci.conf" "$CONF/oci.conf"
+        install -m 644 "$REPO/lua/scrun-staging.lua" "$CONF/scrun.lua"
+    fi
     from_doc docker.md daemon.json "$DOCKER/daemon.json" 644
     from_doc podman.md scrun-py-slurm "$ENG/podman/scrun-py-slurm" 755
     from_doc podman.md containers.conf "$PODMAN_CONF" 644
@@ -128,19 +134,32 @@ podman_up() {
     install -d -o "$TEST_USER" -g "$TEST_USER" -m 700 "/run/user/$uid"
     # vfs storage: a rootless overlay (podman 5's default, Debian 13) is mounted in podman's
     # own mount namespace, where crun on a node cannot see it (docs/podman.md)
-    if [ "$(user_run podman info --format '{{.Store.GraphDriverName}}' 2>/dev/null)" != vfs ]; then
-        log "rootless podman of $TEST_USER: vfs storage"
-        # the store of the other driver goes first (podman refuses a driver its database
-        # was not made with), with that driver still configured
-        user_run podman system reset -f >/dev/null 2>&1 || true
-        install -d -o "$TEST_USER" -g "$TEST_USER" "$home/.config" "$home/.config/containers"
-        printf '[storage]\ndriver = "vfs"\n' > "$home/.config/containers/storage.conf"
-        chown "$TEST_USER:" "$home/.config/containers/storage.conf"
-        [ "$(user_run podman info --format '{{.Store.GraphDriverName}}' 2>/dev/null)" = vfs ] ||
-            { log "rootless podman of $TEST_USER still not on vfs storage"; exit 1; }
-    fi
+    rootless_podman_storage "$home"
     user_run podman image exists "localhost/$IMAGE" ||
         user_run podman import -q "$ENG/busybox.tar" "localhost/$IMAGE" >/dev/null
+}
+
+# The test user's rootless podman storage: vfs, on the login node's local disk
+# ($ROOTLESS_STORAGE/USER, not the shared home, as sites keep it; the site cluster's nodes
+# do not see it, scripts/cluster.sh).  vfs: a rootless overlay (podman 5's default, Debian
+# 13) is mounted in podman's own mount namespace, where crun on a node cannot see it
+# (docs/podman.md).
+ROOTLESS_STORAGE=/var/lib/scrun-py-test-rootless
+rootless_podman_storage() {  # HOME
+    local home=$1 graph=$ROOTLESS_STORAGE/$TEST_USER/storage
+    [ "$(user_run podman info --format '{{.Store.GraphDriverName}} {{.Store.GraphRoot}}' 2>/dev/null)" \
+        = "vfs $graph" ] && return 0
+    log "rootless podman of $TEST_USER: vfs storage in $graph"
+    # the old store goes first (podman refuses a driver its database was not made with),
+    # with its configuration still in place
+    user_run podman system reset -f >/dev/null 2>&1 || true
+    install -d -m 755 "$ROOTLESS_STORAGE"
+    install -d -o "$TEST_USER" -g "$TEST_USER" -m 700 "$ROOTLESS_STORAGE/$TEST_USER"
+    install -d -o "$TEST_USER" -g "$TEST_USER" "$home/.config" "$home/.config/containers"
+    printf '[storage]\ndriver = "vfs"\ngraphroot = "%s"\n' "$graph" > "$home/.config/containers/storage.conf"
+    chown "$TEST_USER:" "$home/.config/containers/storage.conf"
+    [ "$(user_run podman info --format '{{.Store.GraphDriverName}} {{.Store.GraphRoot}}' 2>/dev/null)" \
+        = "vfs $graph" ] || { log "rootless podman of $TEST_USER still not on vfs storage in $graph"; exit 1; }
 }
 
 sweep() {
