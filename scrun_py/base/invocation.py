@@ -15,6 +15,8 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any, TypedDict, Unpack
 
+    from scrun_py.base.conf_lookup import Choice
+
     class Diagnostics(TypedDict, total=False):
         """What and how an invocation logs: --log-format, --debug, -v, --log-level (each
         optional, with Invocation's defaults).  Keyword arguments of Invocation and
@@ -133,12 +135,18 @@ class Invocation:
             sinks.emit(word, msg, fields)
 
     def slurm_conf_file(self) -> str:
-        """The slurm.conf in use: -f, else $SLURM_CONF, else the system's."""
+        """The slurm.conf in use, found as Slurm's clients find theirs: -f, else
+        $SLURM_CONF, else the compiled-in default, else the configless copy; the
+        compiled-in default when none is found (base/conf_lookup.py)."""
         if self.slurm_conf_name is not None:
             return self.slurm_conf_name
-        from scrun_py.base import layout
+        return self.slurm_conf_choice().path
 
-        return os.environ.get("SLURM_CONF") or layout.DEFAULT_SLURM_CONF
+    def slurm_conf_choice(self) -> Choice:
+        """The slurm.conf in use, the rule that chose it and where it looked."""
+        from scrun_py.base import conf_lookup
+
+        return conf_lookup.find(self.slurm_conf_name, os.environ)
 
 
 def log_file_name(value: str | Path | None) -> str | None:

@@ -8,13 +8,16 @@ which container/status.py builds from them).
 STATE_FILE = "state.json"
 SOCKET_NAME = "anchor.sock"
 ABANDON_FILE = "on-abandon.sh"
-#: the site file, next to slurm.conf; the system's slurm.conf (read at call time: the
-#: tests that stand a directory in for /etc/slurm set it)
+#: the site file, next to slurm.conf (base/conf_lookup.py says which); the system's
+#: slurm.conf, scrun-py's compiled-in default, and the configless copy Slurm's clients
+#: fall back to (slurmd links /run/slurm/conf to its conf-cache, sackd writes there): all
+#: read at call time, as the tests that stand a directory in for /etc/slurm set them
 SITE_FILE = "scrun-py.toml"
 #: the keys of the site file's [trust] table (site/site_conf.py refuses others from the
 #: system's file, site/trust.py reads them)
 TRUST_KEYS = ("site_files", "lua_override", "container_env")
 DEFAULT_SLURM_CONF = "/etc/slurm/slurm.conf"
+CONFIGLESS_SLURM_CONF = "/run/slurm/conf/slurm.conf"
 #: a container's status, as `state` prints it
 CREATING = "creating"
 CREATED = "created"

@@ -153,14 +153,22 @@ def read_text(path: str | os.PathLike[str]) -> str:
 
 
 def missing_text(path: str) -> str:
-    """What a missing oci.conf means, and how to point scrun-py at a configuration: it
-    is read beside the slurm.conf in use, which may be missing too."""
+    """What a missing oci.conf means, and where scrun-py looked: it is read beside the
+    slurm.conf in use (base/conf_lookup.py), which may be missing too, or not found."""
     import os
+
+    from scrun_py.base import conf_lookup
 
     conf = os.path.join(os.path.dirname(path), "slurm.conf")
     if os.path.exists(conf):
         where = f"beside {conf}, the slurm.conf in use"
+        if conf_lookup.in_configless_dir(conf):
+            where += (", a configless copy: slurmctld ships oci.conf with it when its "
+                      "own configuration directory has one (Slurm 23.11+)")
     else:
+        choice = conf_lookup.find(None, os.environ)
+        if not choice.found and os.path.dirname(choice.path) == os.path.dirname(path):
+            return f"oci.conf: not found: it is read beside slurm.conf, and {choice.not_found()}"
         where = f"beside the slurm.conf in use, and {conf} is missing too"
     return (f"oci.conf: not found: {path} (it is read {where}; name another slurm.conf "
             "with -f or SLURM_CONF)")

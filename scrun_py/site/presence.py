@@ -10,6 +10,7 @@ from scrun_py.base import layout
 
 def site_file_may_apply(slurm_conf: str) -> bool:
     """Whether a site file sits next to `slurm_conf` or the system's slurm.conf (the
-    system's may make itself the one in use): only then can it ask for an audit trail."""
+    system's may make itself the one in use, and is the one in use on a configless
+    node): only then can it ask for an audit trail."""
     return any(os.path.lexists(os.path.join(os.path.dirname(conf), layout.SITE_FILE))
                for conf in (slurm_conf, layout.DEFAULT_SLURM_CONF))

@@ -8,13 +8,21 @@
 A missing file is an empty one.  An unknown table or key is an error, so that a typo
 (`[polcy]`) cannot silently switch a site's policy off.
 
-The file is read next to the slurm.conf the caller names (-f, SLURM_CONF), except where
-the system's file (next to the default slurm.conf) says `[trust] site_files = "system"`:
-then the system's file (and scrun.lua) are used whatever slurm.conf the caller names.
+The file is read next to the slurm.conf in use (base/conf_lookup.py: -f, SLURM_CONF, the
+compiled-in default), with two exceptions that both give the system's file,
+/etc/slurm/scrun-py.toml (next to the compiled-in default slurm.conf, whether or not
+that slurm.conf exists):
+- the slurm.conf in use is a configless copy (/run/slurm/conf): sackd and slurmd copy
+  Slurm's files only, so a configless login node keeps its site file in /etc/slurm;
+- the system's file says `[trust] site_files = "system"`: then the system's file and
+  scrun.lua are used whatever slurm.conf the caller names.
+scrun.lua is looked for next to the slurm.conf in use (`SiteConf.directory`); when the
+system's file pins the site files, next to the system's slurm.conf (`system_lua_dir`).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from scrun_py.base import layout
@@ -24,7 +32,6 @@ from scrun_py.base.records import NamedTuple
 
 TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
-    import os
     from typing import Any
 
 SECTIONS = ("audit", "exec", "policy", "trust")
@@ -36,11 +43,12 @@ class SiteConf(NamedTuple):
     # the [trust] table of the system's file (the only one a caller cannot choose)
     system_trust: dict[str, Any] = {}  # noqa: RUF012 - never changed in place
     system_path: Path | None = None  # the system's file, where system_trust comes from
+    lua_dir: Path | None = None  # where scrun.lua is, when not beside this file
 
     @property
     def directory(self) -> Path:
-        """Where this file's scrun.lua is looked for."""
-        return self.path.parent
+        """Where scrun.lua is looked for."""
+        return self.path.parent if self.lua_dir is None else self.lua_dir
 
     def section(self, name: str, keys: tuple[str, ...]) -> dict[str, Any]:
         """The table `name` ({} if absent), with every key checked against `keys`."""
@@ -61,9 +69,19 @@ def site_file(slurm_conf: str | os.PathLike[str]) -> Path:
 
 
 def system_file() -> Path:
-    """The site file next to the system's slurm.conf: a caller's -f or SLURM_CONF
-    does not move it."""
+    """The site file next to the compiled-in default slurm.conf (whether or not that
+    exists): a caller's -f, SLURM_CONF or PATH does not move it."""
     return site_file(Path(layout.DEFAULT_SLURM_CONF))
+
+
+def system_lua_dir(system: Path) -> Path:
+    """Where the system's scrun.lua is: beside the system's file `system`, unless no
+    slurm.conf is there and the configless copy is (a configless login node: sackd
+    copies scrun.lua with slurm.conf)."""
+    if (not (system.parent / "slurm.conf").exists()
+            and os.path.exists(layout.CONFIGLESS_SLURM_CONF)):
+        return Path(layout.CONFIGLESS_SLURM_CONF).parent
+    return system.parent
 
 
 #: the largest scrun-py.toml read (a site file is a few lines)
@@ -111,8 +129,14 @@ def load(slurm_conf: str | os.PathLike[str], system: Path | None = None) -> Site
     if pinned not in ("any", "system"):
         raise ConfigError(f'{system}: [trust] site_files: must be "any" or "system"')
     path = site_file(slurm_conf)
-    if pinned == "system" or path == system:
+    if pinned == "system":
+        return SiteConf(system, system_data, trust, system, system_lua_dir(system))
+    if path == system:
         return SiteConf(system, system_data, trust, system)
+    from scrun_py.base.conf_lookup import in_configless_dir
+
+    if in_configless_dir(slurm_conf):  # no site file there: the system's applies
+        return SiteConf(system, system_data, trust, system, Path(slurm_conf).parent)
     return SiteConf(path, _read(path) or {}, trust, system)
 
 

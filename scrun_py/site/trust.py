@@ -7,9 +7,11 @@ scrun-py.toml, and the rule for config.json's environment.  Pure, apart from `lo
     lua_override = false        # SCRUN_PY_LUA (another scrun.lua) is refused
     container_env = ["SLURM_JOB_ID"]   # more names config.json's process.env may set
 
-`site_files` and `lua_override` are read from the system's file only (next to the
-default slurm.conf, which a caller's -f or SLURM_CONF does not move); `container_env`
-from the file in use.  docs/security.md explains the rule.
+`site_files` and `lua_override` are read from the system's file only
+(/etc/slurm/scrun-py.toml, next to the compiled-in default slurm.conf whether or not that
+exists: a caller's -f, SLURM_CONF or PATH does not move it); `container_env` from the
+file in use (the system's, too, on a configless node: site/site_conf.py).
+docs/security.md explains the rule.
 """
 
 from __future__ import annotations

@@ -576,8 +576,9 @@ class TestNoClickVerbsStayLean:
         "scrun_py.commands.dispatch",
         "scrun_py.commands.state", "scrun_py.commands.delete", "scrun_py.container.handle",
         "scrun_py.container.record", "scrun_py.container.rootdir",
-        # whether a site file is there to ask for an audit record (os alone)
-        "scrun_py.site", "scrun_py.site.presence",
+        # whether a site file is there to ask for an audit record, beside the slurm.conf
+        # in use (os alone)
+        "scrun_py.site", "scrun_py.site.presence", "scrun_py.base.conf_lookup",
         "scrun_py.container.fastjson", "scrun_py.base.errors", "scrun_py.base.procs", "_json",
         "scrun_py.base", "scrun_py.cli", "scrun_py.container",
         # --log is opened through the one opener of the paths a caller names (os alone)
