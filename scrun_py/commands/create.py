@@ -15,7 +15,7 @@ from scrun_py.anchor.handoff import (
 )
 from scrun_py.anchor.launch import AnchorProcess, EarlyAnchor, Started
 from scrun_py.base import procs, signames
-from scrun_py.base.errors import AnchorStartupFailed, ScrunError, rebuild
+from scrun_py.base.errors import AnchorStartupFailed, BundleError, ScrunError, rebuild
 from scrun_py.base.invocation import Invocation
 from scrun_py.base.logs import rfc3339_now
 from scrun_py.base.records import NamedTuple
@@ -101,6 +101,7 @@ def _create(inv: Invocation, args: CreateArgs, rules: SiteRules,
     from scrun_py.oci.bundle import load_bundle
 
     loaded = load_bundle(os.path.abspath(args.bundle) if args.bundle else os.getcwd())
+    _check_command(loaded)
     applied: list[str] = []
     if rules.site_policy is not None and not rules.site_policy.empty:
         applied = _apply_policy(inv, args.container_id, loaded, rules.site_policy)
@@ -112,6 +113,18 @@ def _create(inv: Invocation, args: CreateArgs, rules: SiteRules,
     signames.Relay((SIGTERM, SIGINT, SIGHUP), started.process)
     _await_created(started, cdir)
     return started.process, applied
+
+
+def _check_command(loaded: Bundle) -> None:
+    """Refuse a process.args[0] that cannot run in the rootfs, in runc's words (engines
+    map them to 127 and 126: oci/command.py), before any job is asked for."""
+    from scrun_py.oci.command import command_problem, mount_destinations
+
+    process = loaded.config.process
+    problem = command_problem(process.args, process.env, process.cwd, loaded.rootfs,
+                              mount_destinations(loaded.raw))
+    if problem:
+        raise BundleError(problem)
 
 
 def _anchor_spec(inv: Invocation, args: CreateArgs, loaded: Bundle,

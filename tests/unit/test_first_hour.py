@@ -292,7 +292,8 @@ class TestVersion:
 def _bundle(tmp_path: Path) -> Path:
     """A bundle create accepts (it is read before oci.conf)."""
     bundle = tmp_path / "bundle"
-    (bundle / "rootfs").mkdir(parents=True)
+    (bundle / "rootfs" / "bin").mkdir(parents=True)
+    (bundle / "rootfs" / "bin" / "true").touch(mode=0o755)  # create looks it up
     (bundle / "config.json").write_text(
         '{"ociVersion": "1.0.2", "process": {"args": ["true"], "cwd": "/"}, '
         '"root": {"path": "rootfs"}}')

@@ -69,8 +69,9 @@ class Box:
     sockets: list[socket.socket] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        for name in ("plant", "victim", "bin", "bundle/rootfs"):
+        for name in ("plant", "victim", "bin", "bundle/rootfs/bin"):
             (self.base / name).mkdir(parents=True)
+        (self.base / "bundle/rootfs/bin/true").touch(mode=0o755)  # create looks it up
         self.root.mkdir(mode=0o700)
         self.target.write_bytes(TARGET)
         (self.base / "slurm.conf").write_text("")

@@ -331,7 +331,8 @@ class TestCreateStaysLean:
         import sys
 
         bundle = tmp_path / "bundle"
-        (bundle / "rootfs").mkdir(parents=True)
+        (bundle / "rootfs" / "bin").mkdir(parents=True)
+        (bundle / "rootfs" / "bin" / "true").touch(mode=0o755)  # create looks it up
         (bundle / "config.json").write_text(
             '{"ociVersion": "1.0.2", "root": {"path": "rootfs"}, "process": {"args": ["true"],'
             ' "env": ["PATH=/bin"], "terminal": false, "cwd": "/"}}')
@@ -440,7 +441,8 @@ class TestSiteCorpusStaysLean:
         import json
 
         bundle = tmp_path / "bundle"
-        (bundle / "rootfs").mkdir(parents=True)
+        (bundle / "rootfs" / "bin").mkdir(parents=True)
+        (bundle / "rootfs" / "bin" / "true").touch(mode=0o755)  # create looks it up
         caps = ["CAP_CHOWN", "CAP_KILL", "CAP_NET_RAW"]
         (bundle / "config.json").write_text(json.dumps({
             "ociVersion": "1.0.2", "root": {"path": "rootfs"},

@@ -41,7 +41,8 @@ def test_failed_create_ends_the_early_anchor(tmp_path: Path, args: list[str],
     """The forked anchor never got a spec: it is gone when create exits, as is the
     container's directory."""
     root = tmp_path / "root"
-    (tmp_path / "rootfs").mkdir()
+    (tmp_path / "rootfs" / "bin").mkdir(parents=True)
+    (tmp_path / "rootfs" / "bin" / "true").touch(mode=0o755)  # create looks it up
     (tmp_path / "config.json").write_text(
         '{"ociVersion": "1.0.2", "root": {"path": "rootfs"}, "process": {"args": ["true"]}}')
     (tmp_path / "slurm.conf").write_text("")
