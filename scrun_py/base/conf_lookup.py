@@ -119,7 +119,7 @@ def find(option: str | None, environ: Mapping[str, str]) -> Choice:
     env = environ.get("SLURM_CONF")
     if env:  # an empty SLURM_CONF is no SLURM_CONF (Slurm would fail on "")
         return Choice(os.path.abspath(env), ENV, ("-f (not given)", "SLURM_CONF"))
-    looked = ("-f (not given)", "SLURM_CONF (not set)")
+    looked: tuple[str, ...] = ("-f (not given)", "SLURM_CONF (not set)")
     prefixed = srun_prefix_conf(environ)
     if prefixed is not None and prefixed[0] != layout.DEFAULT_SLURM_CONF:
         conf, srun = prefixed

@@ -178,9 +178,10 @@ class TestCauses:
         (conf.parent / "oci.conf").unlink()
         code, checks, _ = _doctor(tmp_path, conf, capsys)
         assert 1 == code
-        assert ("failed", f"{conf.parent / 'oci.conf'}: not found (it is read next to "
-                          "slurm.conf)") == (checks["oci.conf"]["status"],
-                                             checks["oci.conf"]["found"])
+        assert ("failed", f"not found: {conf.parent / 'oci.conf'} (it is read beside "
+                          f"{conf}, the slurm.conf in use; name another slurm.conf with -f "
+                          "or SLURM_CONF)") == (checks["oci.conf"]["status"],
+                                                checks["oci.conf"]["found"])
         assert "skipped" == checks["OCI runtime"]["status"]
 
     @pytest.mark.parametrize("runtime", ["crun", "runc"])

@@ -301,7 +301,7 @@ class TestOciConf:
     def test_ok(self, tmp_path: Path) -> None:
         ctx = self._write(tmp_path, RUN_CONF)
         oci = ctx.slurm_conf.parent / "oci.conf"
-        assert ("ok", f"{oci} (run mode)") == _said(runtime.oci_conf(ctx))
+        assert ("ok", f"{oci} (run mode; beside slurm.conf)") == _said(runtime.oci_conf(ctx))
         assert (True, "crun") == (ctx.oci_conf_ok, ctx.runtime_cmd)
 
     def test_skipped_without_slurm_conf(self, tmp_path: Path) -> None:
@@ -310,8 +310,10 @@ class TestOciConf:
 
     def test_missing(self, tmp_path: Path) -> None:
         ctx = _ctx(tmp_path)
-        assert ("failed", f"{ctx.slurm_conf.parent / 'oci.conf'}: not found (it is read next "
-                          "to slurm.conf)") == _said(runtime.oci_conf(ctx))
+        conf = ctx.slurm_conf
+        assert ("failed", f"not found: {conf.parent / 'oci.conf'} (it is read beside the "
+                          f"slurm.conf in use, and {conf} is missing too; name another "
+                          "slurm.conf with -f or SLURM_CONF)") == _said(runtime.oci_conf(ctx))
 
     def test_invalid(self, tmp_path: Path) -> None:
         ctx = self._write(tmp_path, RUN_CONF + "Bogus=1\n")
@@ -410,7 +412,8 @@ class TestScrunLua:
         assert "skipped" == site_files.scrun_lua(_ctx(tmp_path, conf_problem="P")).status
 
     def test_none_is_a_warning(self, tmp_path: Path) -> None:
-        assert ("warning", "none: stage_in/stage_out are no-ops") == _said(
+        assert ("warning", f"none ({tmp_path / 'etc' / 'scrun.lua'} not found): "
+                           "stage_in/stage_out are no-ops") == _said(
             site_files.scrun_lua(_ctx(tmp_path)))
 
     def test_loads(self, tmp_path: Path) -> None:
@@ -440,8 +443,8 @@ class TestSiteFile:
 
     def test_none(self, tmp_path: Path) -> None:
         ctx = self._ctx(tmp_path, None)
-        assert ("ok", f"{ctx.slurm_conf.parent / 'scrun-py.toml'}: none (no audit trail, "
-                      "no policy)") == _said(site_files.site_file(ctx))
+        assert ("ok", f"{ctx.slurm_conf.parent / 'scrun-py.toml'} (beside slurm.conf): none "
+                      "(no audit trail, no policy)") == _said(site_files.site_file(ctx))
 
     def test_summary(self, tmp_path: Path) -> None:
         ctx = self._ctx(tmp_path, '[policy]\nreadonly_rootfs = true\n[trust]\n'
@@ -486,7 +489,7 @@ class TestRunChecks:
         assert ["slurm.conf", "Slurm client commands", "Slurm release",
                 "slurmctld answering", "Slurm backend", "munge", "oci.conf", "scrun.lua",
                 "scrun-py.toml", "OCI runtime", "unprivileged user namespaces", "--root",
-                "docker/podman runtime"] == names
+                "docker/podman runtime", "root engine", "staging base"] == names
 
     def test_a_crash_is_a_failed_line(self, tmp_path: Path,
                                       monkeypatch: pytest.MonkeyPatch) -> None:

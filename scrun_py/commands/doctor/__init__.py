@@ -3,9 +3,11 @@ JSON); non-zero if anything fatal.
 
 Each check is a function of the run's `Context` (context.py) that returns a `Check`
 (report.py), by subject: Slurm (slurm.py), what runs containers (runtime.py), the site's
-files (site_files.py), the container engines (engines.py).  Checks after a failed one
-still run when they can, so one run shows every problem; a check that cannot run
-without something found missing (slurm.conf, a valid oci.conf) is skipped, saying which.
+files (site_files.py), the container engines (engines.py), the staging script's base
+seen from a node (staging.py, last: its one step starts once the others are done).
+Checks after a failed one still run when they can, so one run shows every problem; a
+check that cannot run without something found missing (slurm.conf, a valid oci.conf) is
+skipped, saying which.
 """
 
 from __future__ import annotations
@@ -27,14 +29,22 @@ class DoctorFailed(ScrunError):
 
 def run_checks(inv: Invocation, timeout_s: float | None = None) -> list[Check]:
     """Every check, in the order of the table; a check that crashes is a failed line."""
-    from scrun_py.commands.doctor import context, engines, runtime, site_files, slurm
+    from scrun_py.commands.doctor import (
+        context,
+        engines,
+        runtime,
+        site_files,
+        slurm,
+        staging,
+    )
     from scrun_py.commands.doctor.report import FAIL, Check
 
     ctx = context.start(inv, context.PROBE_TIMEOUT_S if timeout_s is None else timeout_s)
     steps = [slurm.slurm_conf_found, slurm.slurm_commands, slurm.slurm_release,
              slurm.slurmctld, slurm.slurm_backend, slurm.munge, runtime.oci_conf,
              site_files.scrun_lua, site_files.site_file, runtime.oci_runtime,
-             runtime.user_namespaces, runtime.root_dir, engines.engines]
+             runtime.user_namespaces, runtime.root_dir, engines.engines,
+             engines.root_engines, staging.staging_base]
     checks = []
     for step in steps:
         try:

@@ -1,6 +1,7 @@
-"""What the checks of one `doctor` run share: the invocation, the slurm.conf in use (and
-why it cannot be used), the Slurm client commands missing from PATH, what earlier checks
-found (the Slurm release, oci.conf's runtime), and the commands the checks run.
+"""What the checks of one `doctor` run share: the invocation, the slurm.conf in use (how
+it was found, and why it cannot be used), the Slurm client commands missing from PATH,
+what earlier checks found (the Slurm release, oci.conf's runtime, the scrun.lua in use),
+and the commands the checks run.
 
 Those commands (srun, scontrol, munge, unshare, docker) start together when `doctor`
 starts, each in a thread of its own (`Probe`), and share one deadline (PROBE_TIMEOUT_S):
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+from scrun_py.base.conf_lookup import Choice
 from scrun_py.base.invocation import Invocation
 from scrun_py.commands.doctor.report import SKIP, Check
 
@@ -23,6 +25,8 @@ T = TypeVar("T")
 
 #: how long the commands of all the checks may take together (they run at once)
 PROBE_TIMEOUT_S = 4.0
+#: the problem of a run that found no slurm.conf (the slurm.conf check says where it looked)
+NOT_FOUND = "no slurm.conf found"
 
 
 def run_command(argv: list[str], timeout_s: float = PROBE_TIMEOUT_S,
@@ -117,11 +121,18 @@ class Context:
     runtime_cmd: str | None = None  # the OCI runtime oci.conf runs
     oci_conf_ok: bool = False  # oci.conf was read and is valid
     unmunged: bool = False  # munge -n gave a credential (unmunge was asked)
+    choice: Choice | None = None  # how slurm.conf was found (None: made by hand, tests)
+    lua_script: str = ""  # the scrun.lua in use, once the scrun.lua check loaded it
 
     def command(self, argv: list[str], stdin: bytes | None = None,
                 env: dict[str, str] | None = None) -> tuple[int, str]:
         """Run a check command within what is left of the deadline."""
         return run_command(argv, timeout_s=remaining(self.deadline), stdin=stdin, env=env)
+
+    def run_probe(self, argv: list[str], timeout_s: float) -> tuple[int, str]:
+        """Run a command of Slurm's with a deadline of its own (the staging probe's
+        step, which starts after the others have answered)."""
+        return run_command(argv, timeout_s=timeout_s, env=self.env)
 
     def probe(self, name: str, what: str) -> tuple[int, str]:
         """What the command started as `name` answered (`what` names it if it did not)."""
@@ -139,10 +150,12 @@ def start(inv: Invocation, timeout_s: float = PROBE_TIMEOUT_S) -> Context:
 
     from scrun_py.slurm.argv import CLIENT_COMMANDS
 
-    slurm_conf = Path(inv.slurm_conf_file())
+    choice = inv.slurm_conf_choice()
+    slurm_conf = Path(choice.path)
     ctx = Context(inv, slurm_conf, {**os.environ, "SLURM_CONF": str(slurm_conf)},
-                  slurm_conf_problem(slurm_conf),
-                  [c for c in CLIENT_COMMANDS if resolve_program(c) is None], timeout_s)
+                  slurm_conf_problem(slurm_conf) if choice.found else NOT_FOUND,
+                  [c for c in CLIENT_COMMANDS if resolve_program(c) is None], timeout_s,
+                  choice=choice)
     ctx.deadline = time.monotonic() + timeout_s
     ctx.probes = {name: Probe(work) for name, work in probe_work(ctx).items()}
     return ctx
@@ -166,7 +179,9 @@ def probe_work(ctx: Context) -> dict[str, Callable[[], tuple[int, str]]]:
         # unshare runs `true` by the absolute path it is given, never by a PATH search
         "unshare": lambda: ctx.command(["unshare", "--user", "--map-root-user",
                                         resolve_program("true") or "/bin/true"]),
-        "docker": lambda: ctx.command(["docker", "info", "--format", "{{json .Runtimes}}"]),
+        # the runtimes, then whether the daemon is rootless (engines.root_dockerd)
+        "docker": lambda: ctx.command(["docker", "info", "--format",
+                                       "{{json .Runtimes}}\n{{json .SecurityOptions}}"]),
     }
     if not ctx.conf_problem:
         if not ctx.missing:

@@ -28,13 +28,13 @@ def oci_conf(ctx: Context) -> Check:
     """oci.conf beside slurm.conf is valid and this Slurm can run it (sets
     `ctx.oci_conf_ok` and `ctx.runtime_cmd`)."""
     from scrun_py.site.oci_conf import load_oci_conf
-    from scrun_py.site.oci_conf_syntax import oci_conf_path
+    from scrun_py.site.oci_conf_syntax import missing_text, oci_conf_path
 
     if ctx.conf_problem:
         return ctx.needs_conf("oci.conf", "it is read next to slurm.conf")
     path = oci_conf_path(ctx.slurm_conf)
     if not os.path.exists(path):
-        return Check("oci.conf", FAIL, f"{path}: not found (it is read next to slurm.conf)",
+        return Check("oci.conf", FAIL, missing_text(path).removeprefix("oci.conf: "),
                      "copy oci.conf.example there and adapt it (docs/oci.conf.md)")
     try:
         conf = load_oci_conf(path)
@@ -59,7 +59,7 @@ def oci_conf(ctx: Context) -> Check:
                      "write RunTimeRun=\"exec <runtime> run ...\": otherwise scancel "
                      "kills only the shell around the runtime and the container "
                      "outlives its job (docs/oci.conf.md)")
-    return Check("oci.conf", OK, f"{path} ({conf.mode} mode)")
+    return Check("oci.conf", OK, f"{path} ({conf.mode} mode; beside slurm.conf)")
 
 
 def oci_runtime(ctx: Context) -> Check:

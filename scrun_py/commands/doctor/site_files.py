@@ -33,13 +33,23 @@ def scrun_lua(ctx: Context) -> Check:
         hooks = load_hooks(ctx.slurm_conf, site_dir=site.directory if site else None)
     except ScrunError as exc:
         return Check("scrun.lua", FAIL, str(exc), "fix the script (docs/hooks.md)")
+    directory = site.directory if site is not None else ctx.slurm_conf.parent
     if isinstance(hooks, NoHooks):
-        return Check("scrun.lua", WARN, "none: stage_in/stage_out are no-ops",
+        return Check("scrun.lua", WARN, f"none ({directory / 'scrun.lua'} not found): "
+                     "stage_in/stage_out are no-ops",
                      "bundles must then be on a filesystem the compute nodes share; "
                      "see lua/")
-    script = getattr(hooks, "script", "scrun.lua")
+    script = str(getattr(hooks, "script", "scrun.lua"))
     hooks.close()
-    return Check("scrun.lua", OK, f"{script}: loads, both hooks defined")
+    ctx.lua_script = script
+    if os.environ.get(trust.LUA_OVERRIDE_ENV):
+        origin = f"named by {trust.LUA_OVERRIDE_ENV}"
+    elif site is not None and site.lua_dir is not None and \
+            site.system_trust.get("site_files") == "system":
+        origin = "the system's: [trust] site_files pins it"
+    else:
+        origin = "beside slurm.conf"
+    return Check("scrun.lua", OK, f"{script} ({origin}): loads, both hooks defined")
 
 
 def site_file(ctx: Context) -> Check:
@@ -57,8 +67,9 @@ def site_file(ctx: Context) -> Check:
     except ScrunError as exc:
         return Check("scrun-py.toml", FAIL, str(exc), "fix the file (docs/policy.md, "
                      "docs/audit.md): every create fails until then")
+    where = f"{site.path} ({site_origin(ctx, site)})"
     if not site.data:
-        return Check("scrun-py.toml", OK, f"{site.path}: none (no audit trail, no policy)")
+        return Check("scrun-py.toml", OK, f"{where}: none (no audit trail, no policy)")
     sinks = [name for name, on in (("file", bool(audit_settings.file)),
                                    ("syslog", audit_settings.syslog)) if on]
     audit_part = f"audit to {' and '.join(sinks)}" if sinks else "no audit trail"
@@ -68,4 +79,17 @@ def site_file(ctx: Context) -> Check:
         ("site files pinned to the system's", site_trust.site_files == "system"),
         ("SCRUN_PY_LUA refused", not site_trust.lua_override)) if on]
     trust_part = f"; {', '.join(pinned)}" if pinned else ""
-    return Check("scrun-py.toml", OK, f"{site.path}: {audit_part}; {policy_part}{trust_part}")
+    return Check("scrun-py.toml", OK, f"{where}: {audit_part}; {policy_part}{trust_part}")
+
+
+def site_origin(ctx: Context, site: site_conf.SiteConf) -> str:
+    """Why this site file is the one in use (site/site_conf.py's rules)."""
+    from scrun_py.base.conf_lookup import in_configless_dir
+
+    if site.path != site.system_path:
+        return "beside slurm.conf"
+    if site.system_trust.get("site_files") == "system":
+        return "the system's: [trust] site_files pins it"
+    if in_configless_dir(ctx.slurm_conf):
+        return "the system's: slurm.conf is a configless copy, which never has one"
+    return "the system's, beside slurm.conf"

@@ -11,14 +11,22 @@ from scrun_py.commands.doctor.report import FAIL, OK, SKIP, WARN, Check
 
 
 def slurm_conf_found(ctx: Context) -> Check:
-    """slurm.conf is a readable file; else where its path came from."""
+    """slurm.conf is a readable file, and how it was found (-f, SLURM_CONF, a
+    compiled-in default, the configless copy); else where it looked."""
+    choice = ctx.choice
     if not ctx.conf_problem:
-        return Check("slurm.conf", OK, str(ctx.slurm_conf))
+        origin = f" ({choice.origin()})" if choice is not None else ""
+        return Check("slurm.conf", OK, f"{ctx.slurm_conf}{origin}")
+    fix = ("pass -f /path/to/slurm.conf or set SLURM_CONF; the checks that need it are "
+           "skipped until then")
+    if choice is not None and not choice.found:
+        return Check("slurm.conf", FAIL, choice.not_found().partition("; ")[0],
+                     fix + "; on a configless login node, start sackd --conf-server "
+                     "(Slurm 23.11+), which copies slurm.conf to /run/slurm/conf")
     source = ("-f" if ctx.inv.slurm_conf_name is not None
-              else "SLURM_CONF" if os.environ.get("SLURM_CONF") else "the default path")
-    return Check("slurm.conf", FAIL, f"{ctx.conf_problem} (from {source})",
-                 "pass -f /path/to/slurm.conf or set SLURM_CONF; the checks that "
-                 "need it are skipped until then")
+              else "SLURM_CONF" if os.environ.get("SLURM_CONF")
+              else choice.origin() if choice is not None else "the default path")
+    return Check("slurm.conf", FAIL, f"{ctx.conf_problem} (from {source})", fix)
 
 
 def slurm_commands(ctx: Context) -> Check:
