@@ -339,10 +339,10 @@ def spawn(argv: Sequence[str], env: Mapping[str, str], *, stderr: int,
 
 def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
         timeout_s: float | None = 30.0, stdin: bytes | None = None,
-        apart: bool = False) -> Result:
-    """Run `argv` in its own session (stdin /dev/null unless given); on timeout the
-    whole process group is killed.  Its stdout and stderr interleaved in `output`; with
-    `apart`, stdout in `output` and stderr in `stderr`.
+        apart: bool = False, cwd: str | None = None) -> Result:
+    """Run `argv` in its own session (stdin /dev/null unless given), in `cwd` when
+    given; on timeout the whole process group is killed.  Its stdout and stderr
+    interleaved in `output`; with `apart`, stdout in `output` and stderr in `stderr`.
 
     argv[0] is resolved by `resolve_program` (the PATH of `env`, else of this process,
     absolute entries only) and run by that path: Popen's own search would honour an
@@ -356,7 +356,7 @@ def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
             list(argv), executable=program,
             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE if apart else subprocess.STDOUT,
-            env=dict(env) if env is not None else None, start_new_session=True)
+            env=dict(env) if env is not None else None, start_new_session=True, cwd=cwd)
     except OSError as exc:
         return Result(NOT_STARTED_STATUS, f"{argv[0]}: {exc.strerror}\n".encode(),
                       error=exc.strerror or str(exc))

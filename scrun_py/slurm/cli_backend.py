@@ -37,7 +37,7 @@ from scrun_py.slurm.backend import (
     StepRequest,
 )
 from scrun_py.slurm.options import JOB_NAME
-from scrun_py.slurm.salloc_holder import SallocHolder, salloc_cwd
+from scrun_py.slurm.salloc_holder import SallocHolder
 
 TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
@@ -190,10 +190,11 @@ class CliSlurm:
             relay = StderrRelay(req.stdio[2])  # srun's own lines left out
             kwargs = {"stdin": req.stdio[0], "stdout": req.stdio[1], "stderr": relay.write_fd}
         try:
-            # slurmstepd enters srun's directory for the step: the job's, not one the
-            # user cannot enter.  srun is found before that change of directory (an
-            # image chooses it): Popen would search PATH's relative entries after it.
-            kwargs["cwd"] = self._jobs.job_dir or salloc_cwd([])
+            # slurmstepd enters srun's directory for the step: the job's, or one the
+            # node can enter (runner.start_dir).  srun is found before that change of
+            # directory (an image chooses it): Popen would search PATH's relative
+            # entries after it.
+            kwargs["cwd"] = self._jobs.job_dir or runner.start_dir()
             proc = subprocess.Popen(  # type: ignore[call-overload]
                 argv, executable=procs.resolve_program(argv[0], req.env), env=req.env,
                 **kwargs)

@@ -309,15 +309,17 @@ def supervise(argv: list[str], env: dict[str, str], *, slave: int | None = None)
     relay = signames.Relay([signames.number(name) for name in FORWARDED])
     errors = StderrRelay(2) if slave is None else None
     program = procs.resolve_program(argv[0], env)  # absolute already: never the cwd's
+    cwd = runner.start_dir()  # slurmstepd enters it on the node
     try:
         if slave is not None:
             proc = subprocess.Popen(argv, executable=program, env=env, stdin=slave,
-                                    stdout=slave, stderr=slave, start_new_session=True)
+                                    stdout=slave, stderr=slave, start_new_session=True,
+                                    cwd=cwd)
             os.close(slave)
         else:
             assert errors is not None
             proc = subprocess.Popen(argv, executable=program, env=env,
-                                    stderr=errors.write_fd)
+                                    stderr=errors.write_fd, cwd=cwd)
             errors.start()
         relay.child = proc
         while True:

@@ -13,6 +13,8 @@ own probe runner (commands/doctor/context.py), under one deadline for all its ch
 
 from __future__ import annotations
 
+import os
+
 from scrun_py.base import procs
 from scrun_py.base.errors import SlurmError
 
@@ -22,13 +24,40 @@ if TYPE_CHECKING:
 
 #: the default wait for a short command
 TIMEOUT_S = 30.0
+#: where Slurm's programs start when the caller's directory will not do: every node has
+#: it, and it is where 22.05's slurmstepd goes itself when it cannot enter a step's
+FALLBACK_DIR = "/tmp"
+
+
+def start_dir(opts: Sequence[str] = ()) -> str | None:
+    """The directory Slurm's programs start in; None: the caller's own.
+
+    slurmstepd enters srun's working directory for each task of a step (24.11 and later
+    fail the step when it cannot, 22.05 warns "couldn't chdir" and goes to /tmp), and
+    salloc's is the job's WorkDir.  So: the directory the job options name (`--chdir=`,
+    from SCRUN_WORKING_DIR) when it exists; else the caller's, unless the job's user
+    cannot enter it (root's home, say) or this process runs in a user namespace.  A
+    rootless engine runs us there (rootless docker under rootlesskit, rootless podman):
+    the mount namespace is the engine's own, and a path taken from it (rootlesskit's
+    private copy of /run, /run/.ro…/user/UID/docker/…) need not exist for slurmd.  Then
+    FALLBACK_DIR.  The container's process never starts here: its working directory is
+    config.json's process.cwd, inside the container."""
+    chdir = next((o.partition("=")[2] for o in opts if o.startswith("--chdir=")), "")
+    if chdir and os.path.isdir(chdir):
+        return chdir
+    try:
+        usable = os.access(os.getcwd(), os.X_OK)
+    except OSError:  # the caller's directory was removed
+        usable = False
+    return None if usable and not procs.in_user_namespace() else FALLBACK_DIR
 
 
 def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
         timeout_s: float = TIMEOUT_S, apart: bool = False) -> procs.Result:
-    """What `argv` did (procs.run: stdout and stderr interleaved, or `apart`); a
-    program that could not start or ran past `timeout_s` is a Result that says so."""
-    return procs.run(argv, env=env, timeout_s=timeout_s, apart=apart)
+    """What `argv` did (procs.run: stdout and stderr interleaved, or `apart`), started
+    in `start_dir()`; a program that could not start or ran past `timeout_s` is a Result
+    that says so."""
+    return procs.run(argv, env=env, timeout_s=timeout_s, apart=apart, cwd=start_dir())
 
 
 def checked(argv: Sequence[str], *, env: Mapping[str, str] | None = None,

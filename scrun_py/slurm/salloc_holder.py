@@ -18,6 +18,7 @@ from scrun_py.base.signames import SIGTERM
 from scrun_py.base.threads import Cancel, Cancelled
 from scrun_py.slurm import argv as slurm_argv
 from scrun_py.slurm.backend import Allocation, AllocRequest
+from scrun_py.slurm.runner import start_dir
 
 # salloc is spawned before the anchor imports subprocess or re (procs.spawn): parse
 # (re) is imported once salloc runs, while the job is being allocated
@@ -81,31 +82,15 @@ def unlinked_file() -> IO[bytes]:
     return open(fd, "w+b")  # kept open for the allocation's lifetime
 
 
-def salloc_cwd(opts: Sequence[str]) -> str | None:
-    """Where salloc starts: the job's WorkDir is salloc's working directory (its --chdir
-    moves only salloc's own command), so SCRUN_WORKING_DIR starts salloc there.
-
-    Otherwise the caller's directory, unless the job's user cannot enter it (root's
-    home, say): 24.11's slurmstepd then fails every task ("couldn't chdir"), where 22.05
-    fell back to /tmp.  scrun-py starts the job in /tmp then, on every release.
-    """
-    chdir = next((o.partition("=")[2] for o in opts if o.startswith("--chdir=")), "")
-    if chdir and os.path.isdir(chdir):
-        return chdir
-    try:
-        usable = os.access(os.getcwd(), os.X_OK)
-    except OSError:  # the caller's directory was removed
-        usable = False
-    return None if usable else "/tmp"
-
-
 class SallocHolder:
     """One container's allocation through salloc; `cancel_job` scancels a job."""
 
     def __init__(self, salloc: str, cancel_job: Callable[[int], None]) -> None:
         self._salloc = salloc
         self._cancel = cancel_job
-        # the job's working directory when it is not the caller's (see salloc_cwd)
+        # the job's working directory when it is not the caller's (runner.start_dir: the
+        # job's WorkDir is salloc's working directory; its --chdir moves only salloc's
+        # own command)
         self.job_dir: str | None = None
         self._holder: procs.Spawned | None = None
         self._stderr: StderrFile | None = None
@@ -118,7 +103,7 @@ class SallocHolder:
         env = req.env
         if req.abandon_file is not None:  # the holder script runs it (argv.holder_script)
             env = {**env, slurm_argv.ABANDON_ENV: req.abandon_file}
-        self.job_dir = salloc_cwd(req.opts)
+        self.job_dir = start_dir(req.opts)
         argv = self._argv(req.opts, env)
         # salloc's stderr goes to an unlinked file, not a pipe: if the anchor dies, a
         # salloc writing to a broken pipe spins at 100% CPU forever (seen on 22.05).

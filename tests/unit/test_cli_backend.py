@@ -15,7 +15,7 @@ from scrun_py.base import procs
 from scrun_py.base.errors import AllocationFailed, StepLaunchFailed
 from scrun_py.base.threads import Cancel, Cancelled
 from scrun_py.oci.bundle import bundle_rootfs_problem
-from scrun_py.slurm import cli_backend, salloc_holder
+from scrun_py.slurm import cli_backend
 from scrun_py.slurm.argv import NODE_PATH_PROLOGUE
 from scrun_py.slurm.backend import Allocation, AllocRequest, StepRequest
 from scrun_py.slurm.cli_backend import CliSlurm
@@ -312,28 +312,3 @@ class TestStep:
         backend(bin_dir).cancel(55, 0)
         assert "scancel 55.0" == logged(bin_dir)[-1]
 
-
-class TestSallocDirectory:
-    """The job's WorkDir is salloc's working directory."""
-
-    def test_working_dir_option(self, tmp_path: Path) -> None:
-        assert str(tmp_path) == salloc_holder.salloc_cwd([f"--chdir={tmp_path}", "-N1"])
-
-    def test_callers_directory_kept(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                    ) -> None:
-        monkeypatch.chdir(tmp_path)
-        assert salloc_holder.salloc_cwd(["-N1"]) is None
-
-    def test_unusable_directory_becomes_tmp(self, tmp_path: Path,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.chdir(tmp_path)
-        monkeypatch.setattr(os, "access", lambda path, mode: False)
-        assert "/tmp" == salloc_holder.salloc_cwd([])
-
-    def test_removed_directory_becomes_tmp(self, tmp_path: Path,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
-        gone = tmp_path / "gone"
-        gone.mkdir()
-        monkeypatch.chdir(gone)
-        gone.rmdir()
-        assert "/tmp" == salloc_holder.salloc_cwd([])

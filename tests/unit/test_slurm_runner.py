@@ -5,9 +5,11 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
+from scrun_py.base import procs
 from scrun_py.base.errors import SlurmError
 from scrun_py.slurm import runner
 
@@ -29,3 +31,66 @@ class TestRunner:
         assert runner.stdout_of(["sh", "-c", "echo out; exit 1"], env, 10) is None
         assert runner.stdout_of(["/nonexistent/squeue"], env, 10) is None
         assert runner.stdout_of(["sleep", "10"], env, 0.2) is None
+
+
+class TestStartDir:
+    """Where Slurm's programs start: a directory the node can enter (slurmstepd enters
+    srun's for every task; salloc's is the job's WorkDir)."""
+
+    def test_working_dir_option(self, tmp_path: Path) -> None:
+        assert str(tmp_path) == runner.start_dir([f"--chdir={tmp_path}", "-N1"])
+
+    def test_callers_directory_kept(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                    ) -> None:
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.setattr(procs, "in_user_namespace", lambda: False)
+        assert runner.start_dir(["-N1"]) is None
+
+    def test_unusable_directory_becomes_tmp(self, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.setattr(os, "access", lambda path, mode: False)
+        assert "/tmp" == runner.start_dir([])
+
+    def test_removed_directory_becomes_tmp(self, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+        gone = tmp_path / "gone"
+        gone.mkdir()
+        monkeypatch.chdir(gone)
+        gone.rmdir()
+        assert "/tmp" == runner.start_dir([])
+
+    def test_in_a_user_namespace_the_callers_directory_is_not_used(
+            self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A rootless engine's directory (rootlesskit's private /run) may not exist for
+        slurmd: /tmp instead, unless the job options name one."""
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.setattr(procs, "in_user_namespace", lambda: True)
+        assert "/tmp" == runner.start_dir(["-N1"])
+        assert str(tmp_path) == runner.start_dir([f"--chdir={tmp_path}"])
+
+    @pytest.mark.parametrize(("in_userns", "where"), [(False, "caller"), (True, "/tmp")])
+    def test_short_commands_start_there(self, tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch, in_userns: bool,
+                                        where: str) -> None:
+        """runner.run starts its command in start_dir (the srun of kill's RunTimeKill
+        and of ps are among them)."""
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.setattr(procs, "in_user_namespace", lambda: in_userns)
+        res = runner.run(["pwd"], env=dict(os.environ))
+        assert (str(tmp_path) if where == "caller" else where) + "\n" == res.text
+
+    @pytest.mark.parametrize(("in_userns", "where"), [(False, "caller"), (True, "/tmp")])
+    def test_exec_step_starts_there(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                    capfd: pytest.CaptureFixture[str], in_userns: bool,
+                                    where: str) -> None:
+        """exec's srun (node_step.supervise) starts in start_dir too."""
+        from scrun_py.slurm import node_step
+
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.setattr(procs, "in_user_namespace", lambda: in_userns)
+        out = tmp_path / "out"
+        rc = node_step.supervise([procs.resolve_program("sh", os.environ), "-c",
+                                  f"pwd > {out}"], dict(os.environ))
+        assert 0 == rc
+        assert (str(tmp_path) if where == "caller" else where) + "\n" == out.read_text()
