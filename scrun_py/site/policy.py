@@ -15,6 +15,7 @@ config.json, calls `enforce`, and writes the result back.
     devices = ["/dev/fuse"]            # the only linux.devices a container may have
     mount_sources = ["{home}", "/scratch"]  # where bind mounts may come from
     bundles = ["{home}", "/var/lib/containers"]  # where bundles and rootfs may live
+    allow_root_jobs = false            # refuse a container whose job would be root's
 
 Paths may use {home}, {user} and {uid} of the user who runs the container.
 """
@@ -31,7 +32,7 @@ from scrun_py.base.records import NamedTuple
 from scrun_py.site.site_conf import SiteConf
 
 KEYS = ("no_new_privileges", "readonly_rootfs", "capabilities", "capabilities_action",
-        "private_namespaces", "devices", "mount_sources", "bundles")
+        "private_namespaces", "devices", "mount_sources", "bundles", "allow_root_jobs")
 NAMESPACE_TYPES = ("pid", "network", "mount", "ipc", "uts", "user", "cgroup", "time")
 CAP_SETS = ("bounding", "effective", "inheritable", "permitted", "ambient")
 _CAP_RE = re.compile(r"CAP_[A-Z0-9_]+")
@@ -61,6 +62,7 @@ class Policy(NamedTuple):
     devices: tuple[str, ...] | None = None
     mount_sources: tuple[str, ...] | None = None
     bundles: tuple[str, ...] | None = None
+    allow_root_jobs: bool = True
 
     @property
     def empty(self) -> bool:
@@ -90,7 +92,7 @@ def _path_list(site: SiteConf, key: str, value: Any) -> tuple[str, ...]:
 def load_policy(site: SiteConf) -> Policy:
     table = site.section("policy", KEYS)
     kwargs: dict[str, Any] = {}
-    for key in ("no_new_privileges", "readonly_rootfs"):
+    for key in ("no_new_privileges", "readonly_rootfs", "allow_root_jobs"):
         if key in table:
             if not isinstance(table[key], bool):
                 raise site.error("policy", key, "must be true or false")
@@ -192,6 +194,14 @@ def _check_bundle(policy: Policy, bundle: str, rootfs: str, subject: Subject) ->
             raise PolicyViolation("bundles", f"{what} {path} is not in an allowed location")
 
 
+def _check_job_user(policy: Policy, subject: Subject) -> None:
+    """The job is the real user's (salloc runs as them): root's when that is uid 0, as
+    with a root dockerd or root podman, where every container is a job of root."""
+    if not policy.allow_root_jobs and subject.uid == 0:
+        raise PolicyViolation("allow_root_jobs", "the container's job would run as root "
+                              "(uid 0); run containers through a rootless engine")
+
+
 def _apply_capabilities(policy: Policy, config: dict[str, Any], changes: list[str]) -> None:
     if policy.capabilities is None:
         return
@@ -211,6 +221,7 @@ def _apply_capabilities(policy: Policy, config: dict[str, Any], changes: list[st
 def enforce(policy: Policy, config: dict[str, Any], *, bundle: str, rootfs: str,
             subject: Subject) -> Outcome:
     """Check and rewrite a copy of config.json; raise PolicyViolation on a refusal."""
+    _check_job_user(policy, subject)
     _check_bundle(policy, bundle, rootfs, subject)
     _check_namespaces(policy, config)
     _check_devices(policy, config)

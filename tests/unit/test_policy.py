@@ -63,12 +63,13 @@ private_namespaces = ["pid", "ipc"]
 devices = ["/dev/fuse"]
 mount_sources = ["{home}", "/scratch"]
 bundles = ["{home}/containers"]
+allow_root_jobs = false
 """))
         assert Policy(no_new_privileges=True, readonly_rootfs=True,
                       capabilities=frozenset({"CAP_CHOWN", "CAP_KILL"}),
                       capabilities_action="refuse", private_namespaces=("pid", "ipc"),
                       devices=("/dev/fuse",), mount_sources=("{home}", "/scratch"),
-                      bundles=("{home}/containers",)) == pol
+                      bundles=("{home}/containers",), allow_root_jobs=False) == pol
 
     @pytest.mark.parametrize(("text", "needle"), [
         ("[polcy]\nno_new_privileges = true\n", "unknown table [polcy]"),
@@ -80,6 +81,7 @@ bundles = ["{home}/containers"]
         ("[policy]\nprivate_namespaces = [\"net\"]\n", "'net' is not one of"),
         ("[policy]\nmount_sources = [\"scratch\"]\n", "must be an absolute path"),
         ("[policy]\nbundles = [1]\n", "bundles: must be a list of strings"),
+        ("[policy]\nallow_root_jobs = \"no\"\n", "allow_root_jobs: must be true or false"),
         ("[policy\n", "scrun-py.toml"),
     ])
     def test_bad_policy_names_file_and_key(self, tmp_path: Path, text: str,
@@ -178,3 +180,23 @@ class TestRefusals:
         assert "rule bundles: bundle /tmp/b is not in an allowed location" in \
             self._refused(Policy(bundles=("{home}",)), bundle="/tmp/b")
         assert [] == _enforce(Policy(bundles=("{home}",))).changes
+
+    def test_root_jobs_refused(self) -> None:
+        """allow_root_jobs = false refuses a container of uid 0 (a root engine's: every
+        container a job of root), before anything else is checked."""
+        root = Subject(uid=0, user="root", home="/root")
+        pol = Policy(allow_root_jobs=False, bundles=("{home}",))
+        with pytest.raises(PolicyViolation) as exc:
+            enforce(pol, _config(), bundle="/var/lib/docker/b",
+                    rootfs="/var/lib/docker/b/rootfs", subject=root)
+        assert ("refused by site policy rule allow_root_jobs: the container's job would "
+                "run as root (uid 0); run containers through a rootless engine"
+                ) == str(exc.value)
+
+    def test_root_jobs_allowed_by_default_and_users_never_refused(self) -> None:
+        root = Subject(uid=0, user="root", home="/root")
+        assert Policy().empty
+        assert not Policy(allow_root_jobs=False).empty
+        assert [] == enforce(Policy(), _config(), bundle="/b", rootfs="/b/rootfs",
+                             subject=root).changes
+        assert [] == _enforce(Policy(allow_root_jobs=False)).changes  # alice, uid 1002
