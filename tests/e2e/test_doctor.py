@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import REPO_ROOT, Env, slurm_release
+from tests.e2e.conftest import REPO_ROOT, SCRUN, SITE, Env, User, slurm_release
 from tests.e2e.test_faults import _ctld
 
 pytestmark = pytest.mark.e2e
@@ -52,7 +52,7 @@ class TestDoctor:
                              capture_output=True, text=True, timeout=120)
         assert 0 == res.returncode
         assert res.stdout.startswith("✔ slurm.conf")
-        assert 13 == sum(1 for ln in res.stdout.splitlines() if ln[:1] in "✔✘!")
+        assert 15 == sum(1 for ln in res.stdout.splitlines() if ln[:1] in "✔✘!-")
 
     def test_missing_slurm_conf(self, user_env: Env, tmp_path: Path) -> None:
         """A slurm.conf that does not exist is fatal, and said to be the cause: the
@@ -163,3 +163,117 @@ class TestDoctor:
         assert 1 == rc
         assert "failed" == checks["slurmctld answering"]["status"]
         assert checks["slurmctld answering"]["found"].endswith(" is DOWN")
+
+
+def _staging_copy(env: Env, staging_base: str, cache_base: str | None = None) -> Path:
+    """The shipped staging script with its bases set, in the test's work dir."""
+    text = (REPO_ROOT / "lua" / "scrun-staging.lua").read_text()
+    text = re.sub(r'(?m)^local STAGING_BASE = "[^"]*"', f'local STAGING_BASE = "{staging_base}"',
+                  text)
+    if cache_base is None:
+        text = re.sub(r"(?m)^local CACHE = true", "local CACHE = false", text)
+    else:
+        text = re.sub(r'(?m)^local CACHE_BASE = "[^"]*"', f'local CACHE_BASE = "{cache_base}"',
+                      text)
+    script = env.work / "scrun-staging.lua"
+    script.write_text(text)
+    env.chown(script)
+    return script
+
+
+class TestSiteChecks:
+    """What doctor says of the site's files, of a root engine and of the staging base,
+    on the cluster under test (the one-machine cluster, or the site cluster)."""
+
+    def test_staging_base_seen_from_a_node(self, user_env: Env) -> None:
+        """The staging script's base in the tests' shared directory: one step on a node
+        sees the marker; the marker is gone after."""
+        base = user_env.work / "staging"
+        base.mkdir()
+        user_env.chown(base)
+        script = _staging_copy(user_env, f"{base}/%u")
+        started = time.monotonic()
+        _, checks = _doctor(user_env, extra_env={"SCRUN_PY_LUA": str(script)})
+        check = checks["staging base"]
+        assert ("ok", f"STAGING_BASE {base}/{user_env.user.uid}: seen from node") == \
+            (check["status"], check["found"].rsplit(" ", 1)[0]), check
+        assert time.monotonic() - started < 60
+        assert [] == list(base.iterdir())
+        assert f"{script} (named by SCRUN_PY_LUA)" in checks["scrun.lua"]["found"]
+
+    def test_staging_base_without_a_cluster(self, user_env: Env, conf_dir: Path) -> None:
+        """A controller on a port nothing listens on: doctor says it could not probe,
+        and warns of a base in /tmp, without waiting for a step."""
+        script = _staging_copy(user_env, "/tmp/scrun-staging-%u")
+        with socket.socket() as held:  # bound, not listening: connections are refused
+            held.bind(("127.0.0.1", 0))
+            conf = conf_dir / "slurm.conf"
+            conf.write_text(re.sub(r"(?m)^SlurmctldPort=.*$",
+                                   f"SlurmctldPort={held.getsockname()[1]}",
+                                   conf.read_text()))
+            started = time.monotonic()
+            _, checks = _doctor(user_env, conf=conf, extra_env={"SCRUN_PY_LUA": str(script)})
+        assert time.monotonic() - started < HANG_GUARD_S
+        check = checks["staging base"]
+        assert ("warning", True) == (check["status"],
+                                     "could not probe from a node" in check["found"]), check
+
+    def test_root_dockerd_warning(self, tmp_path: Path) -> None:
+        """The test machine's root dockerd has scrun-py as a runtime: doctor, as root,
+        warns that its containers are jobs of root."""
+        root = User.named("root")
+        env = {**root.env(), **_engine_env()}
+        runtimes = subprocess.run(["docker", "info", "--format", "{{json .Runtimes}}"],
+                                  env=env, capture_output=True, text=True, timeout=60)
+        assert "scrun-py" in runtimes.stdout, runtimes.stderr  # the machine as set up
+        res = subprocess.run([str(SCRUN), "--root", str(tmp_path / "root"), "doctor",
+                              "--json"], env=env, capture_output=True, text=True,
+                             timeout=120)
+        check = {c["name"]: c for c in json.loads(res.stdout)}["root engine"]
+        assert ("warning", True) == (check["status"],
+                                     check["found"].startswith("root dockerd (docker info")), \
+            check
+        assert "jobs of root (no per-user accounting, limits or fair share)" in check["found"]
+
+
+@pytest.fixture
+def site_cluster(cluster: Path) -> None:
+    if not SITE:
+        pytest.skip("not the site cluster: run scripts/cluster.sh up --slurm R --nodes 3 "
+                    "(23.11+) and the env it prints (scripts/test.sh does)")
+
+
+@pytest.mark.usefixtures("site_cluster")
+class TestConfiglessLoginNode:
+    """On the site cluster's configless login node (sackd's copies in /run/slurm/conf,
+    no slurm.conf elsewhere), doctor run by the test user with no -f and no SLURM_CONF."""
+
+    def test_finds_sackds_copies(self, user_env: Env) -> None:
+        """slurm.conf is sackd's copy, said so; oci.conf and scrun.lua are read beside
+        it, scrun-py.toml is the system's; nothing is skipped for want of slurm.conf and
+        nothing fails; the site's staging base is seen from a node."""
+        assert "SLURM_CONF" not in user_env.user.env()
+        rc, checks = _doctor(user_env)
+        assert ("ok", "/run/slurm/conf/slurm.conf (configless copy, written by sackd)") == \
+            (checks["slurm.conf"]["status"], checks["slurm.conf"]["found"])
+        assert checks["oci.conf"]["found"].startswith("/run/slurm/conf/oci.conf ("), checks
+        assert checks["scrun.lua"]["found"].startswith(
+            "/run/slurm/conf/scrun.lua (beside slurm.conf): loads"), checks
+        assert checks["scrun-py.toml"]["found"].startswith(
+            "/etc/slurm/scrun-py.toml (the system's: slurm.conf is a configless copy"), checks
+        assert [] == [n for n, c in checks.items() if c["status"] in ("failed", "skipped")]
+        assert "ok" == checks["staging base"]["status"], checks["staging base"]
+        assert 0 == rc
+
+    def test_staging_base_in_tmp_is_not_seen(self, user_env: Env) -> None:
+        """The staging script with its base in the login node's /tmp: the node's /tmp is
+        its own, and doctor says the base is not visible from the nodes."""
+        script = _staging_copy(user_env, "/tmp/scrun-staging-%u")
+        rc, checks = _doctor(user_env, extra_env={"SCRUN_PY_LUA": str(script)})
+        check = checks["staging base"]
+        assert ("failed", True) == (check["status"], check["found"].startswith(
+            "not visible from node n")), check
+        assert f"STAGING_BASE /tmp/scrun-staging-{user_env.user.uid} (a marker made here in" \
+            in check["found"]
+        assert 1 == rc
+

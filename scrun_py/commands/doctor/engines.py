@@ -80,13 +80,15 @@ def root_dockerd(docker_rc: int, docker_out: str,
 
 def root_podman_confs() -> tuple[Path, ...]:
     """The containers.conf files root's podman reads: the system's (which every podman
-    reads), its drop-ins, and root's own."""
+    reads), its drop-ins, root's own, and $CONTAINERS_CONF when doctor runs as root."""
     import pwd
 
     system = Path("/etc/containers")
     drop_ins = sorted(system.glob("containers.conf.d/*.conf"))
+    env = os.environ.get("CONTAINERS_CONF") if os.getuid() == 0 else None
     return (system / "containers.conf", *drop_ins,
-            Path(pwd.getpwuid(0).pw_dir) / ".config/containers/containers.conf")
+            Path(pwd.getpwuid(0).pw_dir) / ".config/containers/containers.conf",
+            *((Path(env),) if env else ()))
 
 
 def root_engines(ctx: Context, daemon_json: Path = DOCKER_DAEMON_JSON,
