@@ -10,7 +10,8 @@
 #
 # The wheel's path is the one line it prints on stdout; everything else goes to stderr.
 # Built from a git checkout, both carry the commit as scrun_py/_commit.txt (setup.py), which
-# `scrun-py --version` prints where there is no .git; the build fails if the wheel does not.
+# `scrun-py --version` prints where there is no .git; the build fails if the wheel does not,
+# or if either lacks an example site file of scrun_py/examples/ (`scrun-py example`).
 # build and twine live in a virtualenv of their own, $SCRUN_BUILD_VENV (default .build-venv
 # in the checkout), made on first use; the build's own dependencies (pyproject.toml's
 # build-system) go into the isolated environment python -m build makes for each build.
@@ -74,6 +75,28 @@ for f in "$SDIST" "$WHEEL"; do
     [ -f "$f" ] || { printf '%s\n' "$out" >&2; echo "build.sh: no $f" >&2; exit 1; }
 done
 "$BUILD_VENV/bin/python" -m twine check --strict "$SDIST" "$WHEEL" >&2
+# the example site files `scrun-py example` prints: in the wheel and in the sdist, the
+# checkout's bytes (scrun_py/examples/ links to oci.conf.example and lua/ in the checkout)
+/usr/bin/python3 -P -c 'import os, sys, tarfile, zipfile
+top, wheel, sdist = sys.argv[1:4]
+base = os.path.basename(sdist)[:-len(".tar.gz")]
+examples = os.path.join(top, "scrun_py", "examples")
+names = sorted(os.listdir(examples))
+with zipfile.ZipFile(wheel) as z, tarfile.open(sdist) as t:
+    for name in names:
+        with open(os.path.join(examples, name), "rb") as fh:
+            want = fh.read()
+        got = {}
+        try:
+            got["wheel"] = z.read(f"scrun_py/examples/{name}")
+            member = t.extractfile(f"{base}/scrun_py/examples/{name}")
+            got["sdist"] = member.read() if member else b""
+        except KeyError:
+            sys.exit(f"build.sh: scrun_py/examples/{name} is missing from the wheel or the sdist")
+        for where, data in got.items():
+            if data != want:
+                sys.exit(f"build.sh: the {where} holds another scrun_py/examples/{name}")
+print(" ".join(names))' "$REPO" "$WHEEL" "$SDIST" >/dev/null || exit 1
 commit=$(checkout_commit)
 if [ "$commit" != unknown ] && [ "$(wheel_commit "$WHEEL")" != "$commit" ]; then
     echo "build.sh: $WHEEL carries commit '$(wheel_commit "$WHEEL")', not the checkout's $commit" >&2

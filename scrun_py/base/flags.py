@@ -155,6 +155,9 @@ VERBS: tuple[Verb, ...] = (
     Verb("list", True, "", "List the caller's containers under --root (with their Slurm "
          "job ids)."),
     Verb("spec", True, "", "Write a default config.json into the bundle."),
+    Verb("example", True, "[name]",
+         "Print an example site file: oci.conf, scrun.lua, scrun-staging.lua or "
+         "scrun-py.toml (without NAME, the list)."),
     Verb("exec", True, "<container-id> [command...]",
          "Run a process in a running container (a step beside it on its node)."),
     Verb("ps", True, "<container-id>",

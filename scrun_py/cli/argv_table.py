@@ -90,6 +90,8 @@ OPTIONS: dict[str, dict[str, Option]] = {
         '--bundle': ('bundle', 'value', 'applied', None, '--bundle', ()),
         '--rootless': ('rootless', 'flag', 'applied', None, '--rootless', ()),
     },
+    'example': {
+    },
     'exec': {
         '-p': ('process', 'value', 'applied', None, '--process', ()),
         '--process': ('process', 'value', 'applied', None, '--process', ()),
@@ -117,6 +119,7 @@ ARGS: dict[str, tuple[str, ...]] = {
     'doctor': (),
     'list': (),
     'spec': (),
+    'example': ('name?',),
     'exec': ('container-id', 'command...?'),
     'ps': ('container-id',),
 }

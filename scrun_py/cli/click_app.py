@@ -180,6 +180,16 @@ def _spec(inv: Invocation, bundle: str | None, rootless: bool) -> None:
     verb.run(inv, bundle, rootless)
 
 
+@_register_verb("example")
+def _example(inv: Invocation, name: str | None = None) -> None:
+    from scrun_py.commands import examples as verb
+
+    verb.run(name)
+
+
+_example.params.append(click.Argument(["name"], required=False))
+
+
 @_register_verb("version")
 def _version(inv: Invocation) -> None:
     click.echo(version_text())
