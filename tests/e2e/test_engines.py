@@ -242,15 +242,16 @@ class TestEngines:
         m = re.fullmatch(r"job=(\d+)", lines[1])
         assert m, res.stdout
         fields = scontrol_job(int(m.group(1)))
-        assert "scrun" == fields["JobName"]
+        assert re.fullmatch("[0-9a-f]{64}", fields["JobName"]), fields  # the container's id
         assert fields["UserId"].startswith(f"{engine.user.name}(")
         assert "COMPLETED" == fields["JobState"]
 
     def test_job_visible_while_running_with_scrun_options(self, engine: Engine) -> None:
-        """A running container is a RUNNING job; SCRUN_* reach it (the name stays scrun)."""
+        """A running container is a RUNNING job; SCRUN_* reach it (SCRUN_JOB_NAME names
+        it)."""
         name = _name("opts")
         res = engine.run("-d", "--name", name, "-e", "SCRUN_TIMELIMIT=7", "-e",
-                         "SCRUN_JOB_NAME=ignored", "-e", "SCRUN_PARTITION=other",
+                         "SCRUN_JOB_NAME=mine", "-e", "SCRUN_PARTITION=other",
                          engine.image, "sh", "-c", "echo job=$SLURM_JOB_ID; sleep 60")
         try:
             assert 0 == res.returncode, res.stderr
@@ -258,7 +259,7 @@ class TestEngines:
             job = re.search(r"job=(\d+)", engine.logs(name))
             assert job
             fields = squeue("-j", job.group(1), "-o", "%T|%j|%P|%l|%u").strip()
-            assert f"RUNNING|scrun|other|7:00|{engine.user.name}" == fields
+            assert f"RUNNING|mine|other|7:00|{engine.user.name}" == fields
         finally:
             engine.rm_force(name)
 

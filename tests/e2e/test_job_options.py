@@ -1,4 +1,5 @@
-"""SCRUN_* variables reach the job and the step; SLURM_JOB_ID reuses a job."""
+"""SCRUN_* variables reach the job and the step; the job is named after its container
+and carries its id; SLURM_JOB_ID reuses a job."""
 
 from __future__ import annotations
 
@@ -8,14 +9,22 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import Env, leftovers, scontrol_job, slurm_env, squeue
+from tests.e2e.conftest import (
+    Env,
+    leftovers,
+    scontrol_job,
+    slurm_env,
+    slurm_release,
+    squeue,
+    wait_until,
+)
 
 pytestmark = pytest.mark.e2e
 
 
 class TestJobOptions:
     def test_scrun_variables_from_config_env(self, env: Env) -> None:
-        """SCRUN_JOB_NAME is overridden to scrun; SCRUN_TIMELIMIT and SCRUN_PARTITION set the
+        """SCRUN_JOB_NAME names the job; SCRUN_TIMELIMIT and SCRUN_PARTITION set the
         job's limits; the srun-only SCRUN_LABELIO is applied to the step (labelled output)."""
         bundle = env.bundle(["sh", "-c", "echo labelled"], env=[
             "SCRUN_JOB_NAME=mine", "SCRUN_TIMELIMIT=7", "SCRUN_PARTITION=other",
@@ -24,7 +33,7 @@ class TestJobOptions:
         assert 0 == created.rc, created.stderr()
         job = created.job_id()
         fields = scontrol_job(job)
-        assert "scrun" == fields["JobName"]
+        assert "mine" == fields["JobName"]
         assert "00:07:00" == fields["TimeLimit"]
         assert "other" == fields["Partition"]
         assert 0 == env.run("start", "opts").returncode
@@ -32,6 +41,37 @@ class TestJobOptions:
         assert "0: labelled\n" == created.stdout()
         assert 0 == env.run("delete", "opts").returncode
         assert [] == leftovers(env, "opts", [job])
+
+    def test_job_named_after_its_container(self, user_env: Env) -> None:
+        """Without SCRUN_JOB_NAME the job is named after the container, so the user's
+        `squeue --me` tells two containers apart; on a Slurm with a job container id
+        (23.02 and later) `squeue -O ContainerId` shows the id too, as for Slurm's scrun.
+        A SCRUN_JOB_NAME Slurm would refuse (a newline) leaves that name and a warning
+        in --log.  The container's step keeps Slurm's name, `scrun`."""
+        env = user_env
+        bundle = env.bundle(["sh", "-c", "echo ran; sleep 60"])
+        bad = env.bundle(["true"], name="bad", env=["SCRUN_JOB_NAME=two\nlines"])
+        first, second = env.create("first-c", bundle), env.create("second-c", bad)
+        assert (0, 0) == (first.rc, second.rc), first.stderr() + second.stderr()
+        jobs = {first.job_id(): "first-c", second.job_id(): "second-c"}
+        res = subprocess.run(env.user.argv(["squeue", "--me", "-h", "-o", "%i %j"]),
+                             env=env.user.env(), capture_output=True, text=True, timeout=30)
+        shown = dict(line.split(" ", 1) for line in res.stdout.splitlines())
+        assert {str(j): name for j, name in jobs.items()} == shown
+        if slurm_release() >= (23, 2):
+            for job, cid in jobs.items():
+                assert cid == squeue("-j", str(job), "-O", "ContainerId").strip()
+        [warning] = [r for r in env.log_records() if r.get("variable") == "SCRUN_JOB_NAME"]
+        assert ("warning", "second-c") == (warning["level"], warning["container_id"])
+        assert "named after the container" in str(warning["msg"])
+        assert 0 == env.run("start", "first-c").returncode
+        wait_until(lambda: "ran\n" == first.stdout(), "the container's output")
+        steps = squeue("--steps", "-j", str(first.job_id()), "-o", "%j").split()
+        assert "scrun" in steps, steps
+        assert "first-c" not in steps, steps
+        for cid in ("first-c", "second-c"):
+            assert 0 == env.run("delete", "--force", cid).returncode
+        assert [] == leftovers(env, "first-c", list(jobs))
 
     def test_scrun_variables_from_caller_environment(self, env: Env) -> None:
         """SCRUN_* variables in the environment of `create` (e.g. podman --env-host) apply."""

@@ -30,7 +30,7 @@ class TestLifecycle:
         assert pid == doc["pid"]
         assert str(bundle.path) == doc["bundle"]
         job = created.job_id()
-        assert "scrun" == squeue("-j", str(job), "-o", "%j").strip()
+        assert "life" == squeue("-j", str(job), "-o", "%j").strip()  # named after it
         assert "RUNNING" == squeue("-j", str(job), "-o", "%T").strip()
         assert "" == created.stdout()  # the step is launched on start, not before
 

@@ -1,7 +1,8 @@
 """A job allocation that pends for real: the container's job depends on a held job of the
 test user's (`sbatch --hold`, which takes no CPU of the shared cluster, so other tests'
 jobs never wait for it).  While it waits, `create` blocks; the anchor's info record in
---log names the job and Slurm's reason, `state` shows PENDING and the reason, and a
+--log names the job and Slurm's reason, `state` shows PENDING and the reason, squeue
+shows the job under the container's name, and a
 `create` whose stderr is a terminal says it there, once.  Once the held job is cancelled
 the container's job runs: the annotations are gone, and the container starts and exits
 as any other."""
@@ -95,7 +96,9 @@ class TestPendingAllocation:
                 assert rec is not None
                 assert ("info", "Dependency") == (rec["level"], rec["reason"])
                 jobs[cid] = int(str(rec["job_id"]))
-                assert "PENDING|Dependency\n" == squeue("-j", str(jobs[cid]), "-o", "%T|%r")
+                # named after its container: what the user's `squeue --me` shows
+                assert f"PENDING|Dependency|{cid}\n" == squeue("-j", str(jobs[cid]),
+                                                               "-o", "%T|%r|%j")
                 doc = env.state(cid)
                 assert "creating" == doc["status"]
                 annotations = doc["annotations"]
