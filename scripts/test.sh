@@ -115,6 +115,16 @@ run_multinode_on() {  # RELEASE [pytest args...]: the release's 3-node cluster
     wait_fg
 }
 
+run_podman_systest_on() {  # RELEASE: podman's own system tests, crun beside scrun-py
+    [ -z "${SCRUN_TEST_DRY_RUN:-}" ] && [ "${SCRUN_PODMAN_SYSTEST:-1}" = 1 ] || return 0
+    (
+        eval "$("$REPO/scripts/cluster.sh" env --slurm "$1" | sed 's/^/export /')"
+        exec "$REPO/scripts/podman-systest.sh"
+    ) <&0 &
+    FG=$!
+    wait_fg
+}
+
 down_release() {  # RELEASE: its clusters, once its tests are done (memory for the next)
     "$REPO/scripts/cluster.sh" down --slurm "$1" || true
     "$REPO/scripts/cluster.sh" down --slurm "$1" --nodes 3 || true
@@ -202,6 +212,7 @@ if [ "${SCRUN_PREBUILD:-1}" = 1 ] && [ ${#RELEASES[@]} -gt 1 ]; then
     echo "[test] building ${order[*]} in the background (log: /var/tmp/scrun-py-test/prebuild.log)" >&2
 fi
 run_on "${RELEASES[0]}" "$@" || rc=$?
+run_podman_systest_on "${RELEASES[0]}" || rc=$?
 run_multinode_on "${RELEASES[0]}" "$@" || rc=$?
 down_release "${RELEASES[0]}"
 # the whole-suite releases first: a failure there matters most
