@@ -46,6 +46,14 @@ set -Eeuo pipefail
 # a command that fails unhandled says which, here and in any function (errexit alone is silent)
 trap 'log "failed (exit $?) at line $LINENO: $BASH_COMMAND"' ERR
 
+# The descriptors the caller left open (the lock of `flock FILE scripts/cluster.sh up`)
+# are closed: every daemon started here would inherit them and hold that lock as long as
+# it lives
+for _fd in /proc/$$/fd/*; do
+    _fd=${_fd##*/}
+    case "$_fd" in 0|1|2|255) ;; *) eval "exec $_fd>&-" 2>/dev/null || true ;; esac
+done
+unset _fd
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 CMD=${1:-up}; shift || true
 RELEASE=${SCRUN_TEST_SLURM:-}
