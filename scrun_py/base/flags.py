@@ -200,8 +200,8 @@ def _create_flags(verb: str) -> tuple[Flag, ...]:
         Flag(verb, ("--no-new-keyring",), "no_new_keyring", None, "ignored", _RUNC_CRUN,
              "(ignored: the runtime on the compute node owns the session keyring)"),
         Flag(verb, ("--preserve-fds",), "preserve_fds", "N", "ignored", _RUNC_CRUN,
-             "(ignored: file descriptors cannot follow the container to a compute node; "
-             "a non-zero N is logged as a warning)", kind="int", default="0"),
+             "(only 0: file descriptors cannot follow the container to a compute node; "
+             "a non-zero N is refused)", kind="int", default="0"),
         Flag(verb, ("--no-subreaper",), "no_subreaper", None, "ignored", ("runc", "crun"),
              "(ignored: the anchor always reaps its children)"),
         Flag(verb, ("-f", "--config"), "config", "FILE", "default-only", ("crun",),

@@ -110,8 +110,11 @@ def parse(argv: list[str]) -> Call | None:
 
 
 def apply_table(inv: Invocation, verb: str, given: Mapping[str, Any]) -> None:
-    """Log each ignored option that was given (at debug; a non-zero --preserve-fds as a
-    warning); refuse a default-only option given another value than its default."""
+    """Log each ignored option that was given (at debug); refuse a default-only option
+    given another value than its default, and a non-zero --preserve-fds: runc and crun
+    hand the container those descriptors, which cannot follow it to a compute node, and
+    a program that was promised them (a socket-activated service) must not start
+    without them."""
     seen: set[str] = set()
     for dest, _kind, effect, default, record_name, _choices in OPTIONS[verb].values():
         if dest in seen:
@@ -128,8 +131,10 @@ def apply_table(inv: Invocation, verb: str, given: Mapping[str, Any]) -> None:
 
             raise UsageError(f"{where}{record_name} {value}: only {default} is supported")
     if given.get("preserve_fds"):
-        inv.note("warning", f"{verb} --preserve-fds {given['preserve_fds']} ignored: file "
-                 "descriptors cannot follow the container to a compute node")
+        from scrun_py.base.errors import ScrunError
+
+        raise ScrunError(f"{verb} --preserve-fds {given['preserve_fds']}: file descriptors "
+                         "cannot follow the container to a compute node")
 
 
 def open_log(log_path: str | None) -> None:

@@ -299,7 +299,7 @@ class TestWiring:
         assert ("c1", True) == verb.call_args.args[1:]
 
     @pytest.mark.parametrize("ignored", [["--no-pivot"], ["--no-new-keyring"],
-                                         ["--preserve-fds", "3"], ["--pidfd-socket", "/s"]])
+                                         ["--preserve-fds", "0"], ["--pidfd-socket", "/s"]])
     def test_create_ignored_flags(self, tmp_root: Path, ignored: list[str]) -> None:
         """create accepts runc's flags that scrun-py ignores, and passes its own through."""
         with mock.patch("scrun_py.commands.create.run") as verb:

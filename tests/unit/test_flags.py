@@ -83,6 +83,8 @@ def flag_argv(flag: flags.Flag) -> list[str]:
         value = "debug"
     if flag.dest == "rootless":
         value = "true"
+    if flag.dest == "preserve_fds":
+        value = "0"  # any other count is refused (TestIgnoredFlagsLogged)
     return [flag.names[-1], value or "/tmp/x"]
 
 
@@ -146,7 +148,9 @@ class TestEveryFlagAccepted:
 
 
 class TestIgnoredFlagsLogged:
-    @pytest.mark.parametrize("flag", [f for f in flags.FLAGS if f.effect == "ignored"],
+    # --preserve-fds is only ever recorded as 0, which changes nothing: N > 0 is refused
+    @pytest.mark.parametrize("flag", [f for f in flags.FLAGS if f.effect == "ignored"
+                                      and f.dest != "preserve_fds"],
                              ids=lambda f: f"{f.verb}{f.names[-1]}")
     def test_debug_record(self, flag: flags.Flag, tmp_path: Path) -> None:
         """Each ignored flag leaves one debug record naming it in --log under --debug."""
@@ -170,14 +174,20 @@ class TestIgnoredFlagsLogged:
         assert 0 == run(["--systemd-cgroup", "--criu", "criu", "version"])
         assert "" == capsys.readouterr().err
 
-    def test_preserve_fds_warning(self, tmp_path: Path) -> None:
-        """A non-zero --preserve-fds cannot be honoured: a warning says so."""
+    @pytest.mark.parametrize("verb", ["create", "run"])
+    def test_preserve_fds_refused(self, tmp_path: Path, verb: str) -> None:
+        """A non-zero --preserve-fds cannot be honoured: refused before the verb runs, one
+        error record; 0 is accepted."""
         log = tmp_path / "log.json"
-        with mock.patch("scrun_py.commands.create.run"):
-            assert 0 == run(["--log", str(log), "--log-format", "json", "create",
+        with mock.patch(f"scrun_py.commands.{verb}.run") as verb_run:
+            assert 1 == run(["--log", str(log), "--log-format", "json", verb,
                              "--preserve-fds", "2", "c1"])
+            assert not verb_run.called
         records = [json.loads(line) for line in log.read_text().splitlines()]
-        assert ["warning"] == [r["level"] for r in records if "preserve-fds 2" in r["msg"]]
+        assert [("error", f"{verb} --preserve-fds 2: file descriptors cannot follow the "
+                 "container to a compute node")] == [(r["level"], r["msg"]) for r in records]
+        with mock.patch(f"scrun_py.commands.{verb}.run", return_value=0):
+            assert 0 == run([verb, "--preserve-fds", "0", "c1"])
 
 
 class TestDefaultOnly:
