@@ -16,6 +16,7 @@ from scrun_py.anchor.handoff import AnchorSpec, read_spec
 TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
     from scrun_py.anchor.lifecycle import Lifecycle
+    from scrun_py.anchor.nsholder import NsHolder
     from scrun_py.base.logs import Logger
 
 
@@ -77,7 +78,7 @@ def _prepare(spec: AnchorSpec, log: Logger) -> Lifecycle:
                      alloc_timeout)
 
 
-def _run(spec: AnchorSpec, log: Logger) -> int:
+def _run(spec: AnchorSpec, log: Logger, holder: NsHolder | str = "") -> int:
     from scrun_py.anchor import signals
     from scrun_py.anchor.server import ControlServer
     from scrun_py.base.errors import ScrunError, error_kind
@@ -92,6 +93,7 @@ def _run(spec: AnchorSpec, log: Logger) -> int:
         readiness.write_failed(spec.ready_fd, error_kind(exc), str(exc))
         return 1
     signals.install(lc)
+    _tie_holder(lc, holder)
     failure: BaseException | None = None
     server: ControlServer | None = None
     try:
@@ -110,12 +112,32 @@ def _run(spec: AnchorSpec, log: Logger) -> int:
             server.close()
         readiness.write_failed(spec.ready_fd, error_kind(failure), msg)
         return 1
-    readiness.write_ready(spec.ready_fd, os.getpid())
+    readiness.write_ready(spec.ready_fd, lc.container.pid)
     os.close(spec.ready_fd)
     rc = lc.wait_stopped()
     assert server is not None
     server.close()
     return rc
+
+
+def _tie_holder(lc: Lifecycle, holder: NsHolder | str) -> None:
+    """Make the namespace holder the container's pid (anchor/nsholder.py): the record
+    and the pid file name it, a signal it relays is `kill`'s, its death stops the
+    container as a SIGKILL.  Without one (`holder` says why, "" when none was tried)
+    the anchor is the pid, as before, and a warning record says so (none when
+    nothing was tried: `holder` is "")."""
+    from scrun_py.anchor import signals
+
+    if isinstance(holder, str):
+        if holder:
+            lc.container.log.warning(
+                "the container's pid is the anchor's, in the login node's namespaces: "
+                f"cannot make namespaces of its own: {holder}",
+                container_id=lc.container.record.id)
+        return
+    lc.container.set_pid(holder.pid)
+    holder.watch(lambda sig: signals.relay_to_container(lc, sig),
+                 lambda: signals.pid_killed(lc))
 
 
 def preload() -> None:
@@ -131,8 +153,9 @@ def preload() -> None:
     import scrun_py.slurm.options  # noqa: F401
 
 
-def run_anchor(spec: AnchorSpec) -> int:
-    """Run the container's anchor until it has stopped; its exit code."""
+def run_anchor(spec: AnchorSpec, holder: NsHolder | str = "") -> int:
+    """Run the container's anchor until it has stopped; its exit code.  `holder`: the
+    container's pid (anchor/nsholder.py), or why there is none."""
     from scrun_py.base import logs, procs
     from scrun_py.base.errors import ScrunError
 
@@ -147,7 +170,7 @@ def run_anchor(spec: AnchorSpec) -> int:
                                      log_format=spec.log_format),
                           {"component": "anchor", "container_id": spec.container_id})
     procs.set_comm(f"scrun:{spec.container_id}")
-    return _run(spec, log)
+    return _run(spec, log, holder)
 
 
 def main() -> None:
@@ -163,12 +186,20 @@ def main() -> None:
     # inherited through pass_fds, so inheritable: no child of ours (salloc is spawned
     # without closing other descriptors) may keep create's readiness pipe open
     os.set_inheritable(spec.ready_fd, False)
-    rc = run_anchor(spec)
-    # the engine waits for this exit: skip the interpreter's teardown (every log write
-    # is unbuffered; flush what print-style output there may be)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(rc)
+    from scrun_py.anchor import nsholder
+
+    holder = nsholder.start(spec.ready_fd)  # before the anchor's imports: launch._child
+    rc = 1
+    try:
+        rc = run_anchor(spec, holder)
+    finally:
+        # the engine waits for the holder's exit: skip the interpreter's teardown (every
+        # log write is unbuffered; flush what print-style output there may be)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if not isinstance(holder, str):
+            holder.release(rc)
+        os._exit(rc)
 
 
 if __name__ == "__main__":

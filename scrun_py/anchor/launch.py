@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from typing import NoReturn
 
     from scrun_py.anchor.handoff import AnchorSpec
+    from scrun_py.anchor.nsholder import NsHolder
     from scrun_py.base.invocation import Invocation
 
 
@@ -94,12 +95,12 @@ class EarlyAnchor:
         """create failed before the spec was sent: end the child, which did nothing."""
         from scrun_py.base.signames import SIGKILL
 
-        for fd in (self._spec_write, self._ready_read):
-            if fd >= 0:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+        ready_read = self._ready_read
+        if self._spec_write >= 0:
+            try:
+                os.close(self._spec_write)
+            except OSError:
+                pass
         self._spec_write = self._ready_read = -1
         try:
             os.kill(self.pid, SIGKILL)
@@ -109,6 +110,13 @@ class EarlyAnchor:
             os.waitpid(self.pid, 0)
         except ChildProcessError:
             pass
+        if ready_read >= 0:
+            # the container's pid process (anchor/nsholder.py) holds the readiness pipe
+            # open until it has exited: at its end, nothing of this create runs any more
+            from scrun_py.anchor.nsholder import RELEASE_WAIT_S, drain
+
+            drain(ready_read, RELEASE_WAIT_S)
+            os.close(ready_read)
 
 
 def _fork(ready_read: int, ready_write: int, slurm_conf: str | None) -> tuple[int, int]:
@@ -129,6 +137,7 @@ def _fork(ready_read: int, ready_write: int, slurm_conf: str | None) -> tuple[in
 def _child(spec_read: int, ready_write: int, slurm_conf: str | None) -> NoReturn:
     """The anchor: imports, waits for its spec, runs; never returns into create."""
     rc = 1
+    holder: NsHolder | str = ""
     try:
         os.setsid()
         keep = sorted((spec_read, ready_write))
@@ -139,19 +148,25 @@ def _child(spec_read: int, ready_write: int, slurm_conf: str | None) -> NoReturn
             # -f names the cluster for the Slurm commands the anchor runs too: engines
             # (dockerd's shim, conmon) do not pass SLURM_CONF through to the runtime.
             os.environ["SLURM_CONF"] = os.path.abspath(slurm_conf)
+        # the container's pid, forked while this process is still small and has one thread
+        from scrun_py.anchor import nsholder
+
+        holder = nsholder.start(ready_write)
         from scrun_py.anchor.__main__ import preload, run_anchor
         from scrun_py.anchor.handoff import read_spec
 
         preload()
         data = read_spec(spec_read)
         # no spec: create failed (or died) before it had a container to give us
-        rc = _run_spec(data, run_anchor) if data else 0
+        rc = _run_spec(data, lambda spec: run_anchor(spec, holder)) if data else 0
     finally:
         try:
             sys.stdout.flush()
             sys.stderr.flush()
         except BaseException:
             pass
+        if not isinstance(holder, str):
+            holder.release(rc)
         os._exit(rc)
 
 

@@ -338,7 +338,7 @@ class Lifecycle:
                 return
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(container.dir, SOCKET_NAME))
-            container.record.anchor_pid = 0
+            container.record.anchor_pid = container.record.pid = 0
             container.set_status(Status.STOPPED)
             if self.delete_requested:
                 rootdir.remove_tree(container.dir)

@@ -54,6 +54,9 @@ class SupervisedContainer:
             status=Status.CREATING.value, anchor_pid=os.getpid(),
             anchor_start=procs.process_start_time(os.getpid()), created=spec.created,
             owner=procs.user_name(os.getuid()), pid_file=spec.pid_file)
+        # the container's pid (state, the pid file): the namespace holder's once set_pid
+        # has named it (anchor/nsholder.py), else the anchor's
+        self.pid = os.getpid()
         self.ctx: HookContext | None = None
         self.staged_in = False  # stage_out is owed
         self.hook_running = False  # stage_in still runs in its thread
@@ -216,13 +219,18 @@ class SupervisedContainer:
                     os.close(fd)
         self.pty_master = self.pty_slave = None
 
+    def set_pid(self, pid: int) -> None:
+        """Report `pid` as the container's (the namespace holder's); saved."""
+        self.pid = self.record.pid = pid
+        self.save()
+
     def write_pid_file(self) -> None:
         if self.spec.pid_file:
-            spool.write_pid_file(self.spec.pid_file, os.getpid())
+            spool.write_pid_file(self.spec.pid_file, self.pid)
 
     def remove_pid_file(self) -> None:
         if self.spec.pid_file:
-            callerpath.remove_pid_file(self.spec.pid_file, os.getpid())
+            callerpath.remove_pid_file(self.spec.pid_file, self.pid)
 
     def abandon_script(self) -> str:
         from scrun_py.base.layout import ABANDON_FILE

@@ -74,8 +74,9 @@ def _delete(inv: Invocation, container: Container, force: bool) -> None:
             _kill_anchor(container, record)
     else:
         _clean_after_dead_anchor(record)
-    if record.pid_file and record.anchor_pid:
-        remove_pid_file(record.pid_file, record.anchor_pid)
+    if record.pid_file and record.reported_pid:
+        remove_pid_file(record.pid_file, record.reported_pid)
+    _owed_stage_out(inv, container)
     container.remove()
     audit(inv, "delete", container_id=container.id, job_id=record.job_id or None,
           bundle=record.bundle, force=force)
@@ -142,6 +143,19 @@ def _sigkill(record: ContainerRecord) -> None:
         pass
     finally:
         os.close(pidfd)
+
+
+def _owed_stage_out(inv: Invocation, container: Container) -> None:
+    """The anchor is gone: if it died before its stage_out (SIGKILL from an engine), run
+    that stage_out now (hooks/owed.py), so that a staged copy of the rootfs goes with
+    the container."""
+    from scrun_py.base.layout import STAGE_OUT_FILE
+
+    if not os.path.lexists(os.path.join(container.dir, STAGE_OUT_FILE)):
+        return
+    from scrun_py.hooks import owed
+
+    owed.run_owed(str(container.dir), owed.NoteLog(inv.note))
 
 
 def _clean_after_dead_anchor(record: ContainerRecord) -> None:

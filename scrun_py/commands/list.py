@@ -52,7 +52,7 @@ def entries(root: str) -> list[dict[str, Any]]:
         item: dict[str, Any] = {
             "ociVersion": record.oci_version,
             "id": record.id,
-            "pid": 0 if status == STOPPED else record.anchor_pid,
+            "pid": 0 if status == STOPPED else record.reported_pid,
             "status": status,
             "bundle": record.bundle,
             "rootfs": record.rootfs,

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         owns_job: bool
         step_id: int | None
         exit_code: int | None
+        pid: int
 
 MAX_ID_LEN = 1024
 # the ids runc accepts, ^[\w+-\.]+$ in ASCII; "." and ".." are path components, not ids.
@@ -58,13 +59,14 @@ class ContainerRecord:
 
     FIELDS = ("id", "bundle", "rootfs", "oci_version", "annotations", "status", "anchor_pid",
               "anchor_start", "created", "owner", "pid_file", "job_id", "owns_job", "step_id",
-              "exit_code")
+              "exit_code", "pid")
     OPTIONAL = frozenset(FIELDS[3:])  # those a caller may leave out (their defaults: __init__)
     TYPES: ClassVar[dict[str, tuple[type, ...]]] = {
         "id": (str,), "bundle": (str,), "rootfs": (str,), "oci_version": (str,),
         "annotations": (dict,), "status": (str,), "anchor_pid": (int,), "anchor_start": (str,),
         "created": (str,), "owner": (str,), "pid_file": (str,), "job_id": (int,),
-        "owns_job": (bool,), "step_id": (int, type(None)), "exit_code": (int, type(None))}
+        "owns_job": (bool,), "step_id": (int, type(None)), "exit_code": (int, type(None)),
+        "pid": (int,)}
 
     def __init__(self, id: str, bundle: str, rootfs: str,
                  **fields: Unpack[RecordFields]) -> None:
@@ -88,6 +90,14 @@ class ContainerRecord:
         self.owns_job = fields.get("owns_job", True)
         self.step_id = fields.get("step_id")
         self.exit_code = fields.get("exit_code")
+        # the container's pid as reported (state, --pid-file, list): the namespace
+        # holder's (anchor/nsholder.py); 0 when the anchor is the pid (no holder)
+        self.pid = fields.get("pid", 0)
+
+    @property
+    def reported_pid(self) -> int:
+        """The pid `state` reports while the container has not stopped."""
+        return self.pid or self.anchor_pid
 
     def as_dict(self) -> dict[str, object]:
         return {name: getattr(self, name) for name in self.FIELDS}
@@ -124,12 +134,12 @@ class ContainerRecord:
 def state_document(record: ContainerRecord, status: str) -> dict[str, Any]:
     """The OCI state document `state` prints of `record`, whose status is `status` (the
     record's, refreshed: Container.status): keys in Slurm's order, then runc's extras;
-    pid (the anchor's) is 0 once stopped."""
+    pid (the namespace holder's, else the anchor's) is 0 once stopped."""
     return {
         "ociVersion": record.oci_version,
         "id": record.id,
         "status": str(status),
-        "pid": 0 if status == STOPPED else record.anchor_pid,
+        "pid": 0 if status == STOPPED else record.reported_pid,
         "bundle": record.bundle,
         "annotations": record.annotations,
         "rootfs": record.rootfs,
