@@ -242,6 +242,22 @@ def build_ping_argv(scontrol: str = "scontrol") -> list[str]:
     return [scontrol, "ping"]
 
 
+#: doctor's staging probe, on the node: for each marker file given, `unseen N` when the
+#: node does not see it and `unwritable N` when it cannot write the marker's directory (N:
+#: the marker's place, from 1), then `node NAME`.  Shell builtins only.
+STAGING_PROBE_SCRIPT = ('i=0; for m do i=$((i+1)); if [ ! -e "$m" ]; then echo "unseen $i"; '
+                        'elif [ ! -w "${m%/*}" ]; then echo "unwritable $i"; fi; done; '
+                        'echo "node ${SLURMD_NODENAME:-unknown}"')
+
+
+def build_staging_probe_argv(markers: list[str], immediate_s: int = 10) -> list[str]:
+    """One short step on one node (a job of its own: a minute's limit, and no more than
+    `immediate_s` of waiting for a node) that looks for doctor's marker files."""
+    return ["srun", "--nodes=1", "--ntasks=1", "--time=1", f"--immediate={immediate_s}",
+            "--job-name=scrun-py-doctor", "--quiet", "/bin/sh", "-c",
+            node_script(STAGING_PROBE_SCRIPT), "sh", *markers]
+
+
 #: the runtimes whose command line a node runtime command is derived from
 NODE_RUNTIMES = ("crun", "runc")
 

@@ -202,9 +202,10 @@ class TestStagingSettings:
         assert {"STAGING_BASE": ""} == staging.staging_bases(text, 7)
 
 
-def _staging_ctx(tmp_path: Path, script: Path, ping: tuple[int, str] | None = None) -> Context:
-    ctx = _ctx(tmp_path, {"ping": ping or (0, "Slurmctld(primary) at c is UP")})
+def _staging_ctx(tmp_path: Path, script: Path, ctld_up: bool = True) -> Context:
+    ctx = _ctx(tmp_path)
     ctx.lua_script = str(script)
+    ctx.ctld_up = ctld_up
     return ctx
 
 
@@ -216,7 +217,7 @@ def _step_here(ctx: Context, hide: str = "") -> list[list[str]]:
 
     def run_probe(argv: list[str], timeout_s: float) -> tuple[int, str]:
         ran.append(argv)
-        args = argv[argv.index("/bin/sh"):]
+        args = argv[argv.index("/bin/sh"):]  # the node's shell, its PATH prologue first
         if hide:
             args = [a.replace(hide, hide + "-elsewhere") for a in args]
         res = subprocess.run(args, capture_output=True, text=True, check=False,
@@ -279,14 +280,13 @@ class TestStagingProbe:
     def test_no_cluster(self, tmp_path: Path) -> None:
         """slurmctld does not answer: it says it could not probe, and warns of a base on
         a machine's own disk."""
-        ctx = _staging_ctx(tmp_path, _staging_script(tmp_path / "s.lua"),
-                           ping=(1, "Slurmctld(primary) at c is DOWN"))
+        ctx = _staging_ctx(tmp_path, _staging_script(tmp_path / "s.lua"), ctld_up=False)
         ran = _step_here(ctx)
         check = staging.staging_base(ctx)
         assert ("warning", [], True) == (check.status, ran,
                                          "could not probe from a node" in check.found)
         shared = _staging_ctx(tmp_path, _staging_script(tmp_path / "t.lua", "/shared/%u",
-                                                        "false"), ping=(1, "x is DOWN"))
+                                                        "false"), ctld_up=False)
         assert "skipped" == staging.staging_base(shared).status
 
     def test_step_fails(self, tmp_path: Path) -> None:

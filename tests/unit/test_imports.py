@@ -169,9 +169,11 @@ class TestSlurmBoundary:
     slurm/argv.py, what they print is read by slurm/parse.py)."""
 
     SEALED = ("scrun_py.slurm.argv", "scrun_py.slurm.parse")
-    #: doctor asks Slurm itself (srun --version, scontrol ping), not a container's job:
-    #: its argv come from slurm/argv.py, their answers are read by slurm/parse.py
-    DOCTOR = ("scrun_py.commands.doctor.context", "scrun_py.commands.doctor.slurm")
+    #: doctor asks Slurm itself (srun --version, scontrol ping, the staging probe's
+    #: step), not a container's job: its argv come from slurm/argv.py, their answers are
+    #: read by slurm/parse.py
+    DOCTOR = ("scrun_py.commands.doctor.context", "scrun_py.commands.doctor.slurm",
+              "scrun_py.commands.doctor.staging")
 
     def test_anchor_and_commands_do_not_import_argv_or_parse(self) -> None:
         offenders = sorted(f"{m} imports {name}" for m in _modules()
@@ -202,6 +204,9 @@ class TestSlurmBoundary:
         # `--version`'s slurm line: base/ imports no other layer, and the verb imports
         # nothing beyond base/version.py (TestNoClickVerbsStayLean.test_the_command_script)
         ("scrun_py.base.version", "srun"),
+        # where PATH's srun is installed (the compiled-in default of a --prefix build):
+        # looked up, never run
+        ("scrun_py.base.conf_lookup", "srun"),
     })
 
     @staticmethod

@@ -123,6 +123,7 @@ class Context:
     unmunged: bool = False  # munge -n gave a credential (unmunge was asked)
     choice: Choice | None = None  # how slurm.conf was found (None: made by hand, tests)
     lua_script: str = ""  # the scrun.lua in use, once the scrun.lua check loaded it
+    ctld_up: bool = False  # scontrol ping said UP (the slurmctld check)
 
     def command(self, argv: list[str], stdin: bytes | None = None,
                 env: dict[str, str] | None = None) -> tuple[int, str]:

@@ -81,6 +81,7 @@ def slurmctld(ctx: Context) -> Check:
     rc, out = ctx.probe("ping", "scontrol ping")
     up, found, auth = parse_ping(rc, out)
     if up:
+        ctx.ctld_up = True
         return Check(name, OK, found)
     if auth is not None:
         return Check(name, FAIL, f"{found}: this host cannot authenticate to it ({auth})",

@@ -86,31 +86,14 @@ def remove_markers(markers: dict[str, str]) -> None:
             pass
 
 
-# the step: one line per marker the node does not see, or sees in a directory it cannot
-# write (by the marker's place in the arguments, from 1); then the node's name
-STEP_SCRIPT = ('i=0; for m do i=$((i+1)); if [ ! -e "$m" ]; then echo "unseen $i"; '
-               'elif [ ! -w "${m%/*}" ]; then echo "unwritable $i"; fi; done; '
-               'echo "node ${SLURMD_NODENAME:-$(hostname)}"')
-
-
-def build_probe_argv(markers: list[str]) -> list[str]:
-    return ["srun", "--nodes=1", "--ntasks=1", "--time=1", f"--immediate={IMMEDIATE_S}",
-            "--job-name=scrun-py-doctor", "--quiet", "/bin/sh", "-c", STEP_SCRIPT, "sh",
-            *markers]
-
-
 def cluster_unreachable(ctx: Context) -> str:
     """Why no step can run ('' when one can): slurm.conf, the client commands,
-    slurmctld."""
-    from scrun_py.slurm.parse import parse_ping
-
+    slurmctld (as the slurmctld check found it)."""
     if ctx.conf_problem:
         return ctx.conf_problem
     if ctx.missing:
         return "missing: " + ", ".join(ctx.missing)
-    rc, out = ctx.probe("ping", "scontrol ping")
-    up, found, _auth = parse_ping(rc, out)
-    return "" if up else f"slurmctld does not answer ({found[:120]})"
+    return "" if ctx.ctld_up else "slurmctld does not answer (see the slurmctld check)"
 
 
 def staging_base(ctx: Context) -> Check:
@@ -152,7 +135,9 @@ def probe(ctx: Context, bases: dict[str, str], said: str) -> Check:
                      "make the base's directory writable by the users (stage_in makes "
                      "the base with mkdir -p)")
     try:
-        rc, out = ctx.run_probe(build_probe_argv(list(markers.values())),
+        from scrun_py.slurm.argv import build_staging_probe_argv
+
+        rc, out = ctx.run_probe(build_staging_probe_argv(list(markers.values()), IMMEDIATE_S),
                                 PROBE_STEP_TIMEOUT_S)
     finally:
         remove_markers(markers)
