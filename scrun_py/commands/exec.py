@@ -177,6 +177,41 @@ def exec_runtime_setting(inv: Invocation) -> str | None:
     return site_conf.exec_runtime(inv.slurm_conf_file())
 
 
+#: the node runtime's exit status when its `exec` could not start the process (crun's and
+#: runc's)
+RUNTIME_EXEC_FAILED = 255
+#: the node runtime's last stderr line when it could not start the process -> the status
+#: crun and runc give through podman (define.TranslateExecErrorToExitCode) and docker:
+#: 127 not found, 126 not executable.  crun 1.8: "executable file `X` not found in $PATH:
+#: …", "open executable: Operation not permitted" (a directory), "exec container process
+#: `X`: Permission denied"; runc 1.1: "exec failed: unable to start container process:
+#: exec: "X": …"
+_RUNTIME_WORDS = (
+    (r"^executable file `.*` not found|^exec failed: unable to start container process: "
+     r"exec: .*(executable file not found|no such file or directory)", 127),
+    (r"^open executable: |^exec container process .*: (permission denied|operation not "
+     r"permitted)|^exec failed: unable to start container process: exec: .*(permission "
+     r"denied|is a directory)", 126),
+)
+
+
+def exec_status(status: int, stderr_tail: bytes) -> int:
+    """The exec'd process's status, or 127/126 where the node's runtime could not start
+    it (its status RUNTIME_EXEC_FAILED and its own words last on stderr), as podman and
+    docker report a command that is not found or not executable."""
+    if status != RUNTIME_EXEC_FAILED:
+        return status
+    lines = stderr_tail.decode(errors="replace").strip().splitlines()
+    if not lines:
+        return status
+    import re
+
+    for pattern, code in _RUNTIME_WORDS:
+        if re.search(pattern, lines[-1].strip(), re.IGNORECASE):
+            return code
+    return status
+
+
 def run(inv: Invocation, container_id: str, opts: ExecOptions,
         command: tuple[str, ...] | list[str] = ()) -> int:
     """Exit status of the process (0 with --detach once the supervisor runs)."""
@@ -191,14 +226,14 @@ def run(inv: Invocation, container_id: str, opts: ExecOptions,
             from scrun_py.container.spool import write_pid_file
 
             write_pid_file(opts.pid_file, os.getpid())
-        return supervise(argv, env, slave=slave)
+        return supervise(argv, env, slave=slave, status_of=exec_status)
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:  # the supervisor: the caller (a subreaper shim, conmon) reaps it
         code = 1
         try:
-            code = supervise(argv, env, slave=slave)
+            code = supervise(argv, env, slave=slave, status_of=exec_status)
         except ScrunError as exc:
             from scrun_py.base.logs import one_line
 

@@ -298,10 +298,12 @@ def parse_pids(text: str) -> list[int]:
 FORWARDED = ("SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGUSR2")
 
 
-def supervise(argv: list[str], env: dict[str, str], *, slave: int | None = None) -> int:
+def supervise(argv: list[str], env: dict[str, str], *, slave: int | None = None,
+              status_of: Callable[[int, bytes], int] | None = None) -> int:
     """Run exec's srun, relaying FORWARDED signals to it; its exit status (128+N when a
-    signal N ended it).  With `slave` (a pty), srun's stdio is the pty; else stdin and
-    stdout are ours and stderr goes through the relay that drops srun's exit report."""
+    signal N ended it), through `status_of` (status, the end of its stderr) when given.
+    With `slave` (a pty), srun's stdio is the pty; else stdin and stdout are ours and
+    stderr goes through the relay that drops srun's exit report."""
     import subprocess
 
     from scrun_py.slurm.stderr_relay import StderrRelay
@@ -335,4 +337,6 @@ def supervise(argv: list[str], env: dict[str, str], *, slave: int | None = None)
     finally:
         if errors is not None:
             errors.close()
-    return procs.exit_code(code)
+    status = procs.exit_code(code)
+    return status if status_of is None else status_of(
+        status, errors.tail if errors is not None else b"")

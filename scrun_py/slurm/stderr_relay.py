@@ -20,6 +20,8 @@ import threading
 from scrun_py.slurm.stderr_filter import LineFilter
 
 _CHUNK = 65536
+#: how much of the end of what it passed on the relay keeps (`tail`)
+TAIL_BYTES = 1024
 CLOSE_WAIT_S = 1.0
 DRAIN_S = 5.0  # after srun exits: what the container wrote last still arrives
 
@@ -44,6 +46,7 @@ class StderrRelay:
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
         self._filter = LineFilter()
+        self.tail = b""  # the end of what was passed on: exec reads the runtime's last word
 
     @property
     def launch_failure(self) -> str | None:
@@ -82,6 +85,8 @@ class StderrRelay:
                 except OSError:
                     data = b""
                 out = filt.feed(data) if data else filt.finish()
+                if out:
+                    self.tail = (self.tail + out)[-TAIL_BYTES:]
                 if out and not failed:
                     try:
                         _write_all(self.out_fd, out)

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from scrun_py.slurm.stderr_filter import LineFilter
-from scrun_py.slurm.stderr_relay import StderrRelay
+from scrun_py.slurm.stderr_relay import TAIL_BYTES, StderrRelay
 
 SRUN_LINE = b"srun: error: vm: task 0: Exited with exit code 3\n"
 
@@ -85,6 +85,22 @@ class TestRelay:
         os.close(write_out)
         with os.fdopen(read_out, "rb") as fh:
             assert b"one\ntwo" == fh.read()
+
+    def test_tail_is_the_end_of_what_passed(self) -> None:
+        """`tail` keeps the last TAIL_BYTES passed on, srun's report not among them (exec
+        reads the node runtime's last word there)."""
+        read_out, write_out = os.pipe()
+        relay = StderrRelay(write_out)
+        step_end = os.dup(relay.write_fd)
+        relay.start()
+        os.write(step_end, b"x" * 5000 + b"\nlast words\n" + SRUN_LINE)
+        os.close(step_end)
+        relay.drain(5)
+        relay.close()
+        os.close(write_out)
+        os.close(read_out)
+        assert TAIL_BYTES == len(relay.tail)
+        assert relay.tail.endswith(b"x\nlast words\n")
 
     @pytest.mark.parametrize("started", [False, True])
     def test_close_releases_both_ends(self, started: bool) -> None:
