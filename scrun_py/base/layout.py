@@ -8,6 +8,9 @@ which container/status.py builds from them).
 STATE_FILE = "state.json"
 SOCKET_NAME = "anchor.sock"
 ABANDON_FILE = "on-abandon.sh"
+#: the stage_out the anchor owes once stage_in ran (hooks/owed.py): delete runs it if the
+#: anchor died first
+STAGE_OUT_FILE = "stage-out.json"
 #: the site file, next to slurm.conf (base/conf_lookup.py says which); the system's
 #: slurm.conf, scrun-py's compiled-in default, and the configless copy Slurm's clients
 #: fall back to (slurmd links /run/slurm/conf to its conf-cache, sackd writes there): all

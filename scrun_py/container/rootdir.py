@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from scrun_py.base.layout import ABANDON_FILE, SOCKET_NAME, STATE_FILE
+from scrun_py.base.layout import ABANDON_FILE, SOCKET_NAME, STAGE_OUT_FILE, STATE_FILE
 
 NOT_OWNER = "permission denied: container belongs to another user"
 #: the largest state.json a verb reads: a record carries config.json's annotations, and
@@ -178,13 +178,13 @@ def read_state(dir_fd: int, shown: str) -> bytes:
 def foreign_content(dir_fd: int) -> str:
     """What makes the checked container directory `dir_fd` other than one scrun-py made
     ('' when nothing does): a mode other than create's 0700, or a name scrun-py never
-    writes there (its record, socket and abandon script, and spool.write_atomic's
-    `.NAME.PID.tmp`).  A directory without a record is removed only when this is '';
-    `--root ~` and `delete .ssh` must not empty the caller's ~/.ssh."""
+    writes there (its record, socket, abandon script and owed stage_out, and
+    spool.write_atomic's `.NAME.PID.tmp`).  A directory without a record is removed only
+    when this is ''; `--root ~` and `delete .ssh` must not empty the caller's ~/.ssh."""
     mode = os.fstat(dir_fd).st_mode & 0o7777
     if mode != 0o700:
         return f"mode {mode:04o}"
-    ours = (STATE_FILE, SOCKET_NAME, ABANDON_FILE)
+    ours = (STATE_FILE, SOCKET_NAME, ABANDON_FILE, STAGE_OUT_FILE)
     with os.scandir(dir_fd) as entries:
         for entry in entries:
             name = entry.name
