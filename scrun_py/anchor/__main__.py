@@ -45,6 +45,11 @@ def _prepare(spec: AnchorSpec, log: Logger) -> Lifecycle:
     from scrun_py.slurm.options import ANNOTATION_OPTIONS, ignored_warning, job_options
 
     environ = dict(os.environ)
+    # salloc (and through the job's environment, srun) reads the slurm.conf create chose
+    # (base/conf_lookup.py), the configless copy or a prefix's default included, as
+    # Slurm's scrun sets SLURM_CONF to the file it read (read_config.c slurm_conf_init)
+    if spec.slurm_conf:
+        environ["SLURM_CONF"] = spec.slurm_conf
     bundle = BundleInfo.from_dict(spec.bundle_info)
     environ.update(bundle.imported_env)
     for key, var in ANNOTATION_OPTIONS.items():

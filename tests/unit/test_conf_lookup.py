@@ -295,3 +295,20 @@ class TestSiteFileOnAConfiglessNode:
         mine.mkdir()
         assert (mine / "scrun-py.toml", mine) == (site_conf.load(mine / "slurm.conf").path,
                                                   site_conf.load(mine / "slurm.conf").directory)
+
+
+class TestAnchorEnvironment:
+    def test_salloc_gets_the_chosen_slurm_conf(self, tmp_path: Path, fake: object,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+        """The environment the anchor gives salloc and the hooks names the slurm.conf
+        create chose (here as if found configless), whatever the anchor's own says; the
+        anchor's process environment is left as it was."""
+        from scrun_py.anchor import __main__ as anchor_main
+        from tests.unit.anchor_child import make_spec
+        from tests.unit.anchor_harness import quiet_logger
+
+        monkeypatch.setenv("SLURM_CONF", str(tmp_path / "caller.conf"))
+        spec = make_spec(tmp_path, -1)._replace(slurm_conf="/run/slurm/conf/slurm.conf")
+        lc = anchor_main._prepare(spec, quiet_logger())
+        assert ("/run/slurm/conf/slurm.conf", str(tmp_path / "caller.conf")) == \
+            (lc.container.environ["SLURM_CONF"], os.environ["SLURM_CONF"])
