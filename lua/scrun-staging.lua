@@ -16,9 +16,11 @@ unshare (util-linux) and a POSIX shell.  See docs/hooks.md.
 ]]
 
 ---------------------------------------------------------------------------- settings
--- Where the copies go; "%u" becomes the job user's uid.  Must be readable at the same
--- path on every node of the job: the /tmp default is only right for one-node clusters,
--- so set this to a shared filesystem (e.g. "/shared/scratch/%u/scrun") elsewhere.
+-- Where the copies go; "%u" becomes the job user's uid.  Every node of the job must see
+-- it at the same path: at a site, a directory of the shared scratch filesystem, such as
+-- "/shared/scratch/%u/scrun-staging".  The default, on this machine's own /tmp, is right
+-- only for a job that runs on this machine alone (a one-machine cluster): for any other
+-- job stage_in refuses it (see MACHINE_LOCAL), and so an unset ("") base.
 local STAGING_BASE = "/tmp/scrun-staging-%u"
 -- Copy the rootfs back to the original after the container ends (keeps its changes).
 local SYNC_BACK = true
@@ -43,6 +45,10 @@ local CP = "cp -a --no-preserve=links,xattr,context"
 -- the node at the same path; CACHE_BASE may be on a shared filesystem (docs/staging.md).
 local CACHE = true
 local CACHE_BASE = "/tmp/scrun-cache-%u"
+-- Directories of this machine's own disk or memory: a STAGING_BASE or CACHE_BASE under
+-- one of them is refused for a job whose nodes are not this machine alone
+-- (SLURM_JOB_NODELIST of the job other than this machine's short hostname).
+local MACHINE_LOCAL = { "/tmp", "/var/tmp", "/dev/shm", "/run" }
 -- Size bound of the user's cache; the least recently used entries no container uses
 -- are removed beyond it.
 local CACHE_MAX_MB = 4096
@@ -618,8 +624,51 @@ local function stage_out_cached(id, entry, staging, staged_root, orig_root_path,
   return slurm.SUCCESS
 end
 
+local function job_var(job_env, name)
+  for _, entry in ipairs(job_env or {}) do
+    local value = type(entry) == "string" and entry:match("^" .. name .. "=(.*)$")
+    if value then return value end
+  end
+  return nil
+end
+
+local function under(path, dirs)
+  for _, dir in ipairs(dirs) do
+    if path == dir or path:sub(1, #dir + 1) == dir .. "/" then return true end
+  end
+  return false
+end
+
+-- nil when the bases can hold this job's copies, else the one-line reason they cannot:
+-- unset, or on this machine's own disk while the job runs elsewhere
+local function base_problem(job_env)
+  local bases = { { "STAGING_BASE", STAGING_BASE } }
+  if CACHE then table.insert(bases, { "CACHE_BASE", CACHE_BASE }) end
+  local nodes = job_var(job_env, "SLURM_JOB_NODELIST")
+  local host = (read_file("/proc/sys/kernel/hostname") or ""):gsub("%s+$", ""):gsub("%..*$", "")
+  for _, setting in ipairs(bases) do
+    local name, base = setting[1], setting[2]
+    if type(base) ~= "string" or base == "" then
+      return format("%s is not set: set it at the top of scrun.lua to a directory of a "
+                    .. "filesystem every node sees (the shared scratch)", name)
+    end
+    if under(base, MACHINE_LOCAL) and nodes and nodes ~= host then
+      return format("%s %s is on this machine's own disk, which the job's nodes (%s) do "
+                    .. "not see: set it at the top of scrun.lua to a directory of a "
+                    .. "filesystem they share (the shared scratch, with %%u)",
+                    name, base, nodes)
+    end
+  end
+  return nil
+end
+
 function slurm_scrun_stage_in(id, bundle, spool_dir, config_file, job_id, user_id,
                               group_id, job_env)
+  local problem = base_problem(job_env)
+  if problem then
+    slurm.log_error("scrun-staging: %s", problem)
+    return slurm.FAILURE
+  end
   local base, staging, staged_root = paths(id, user_id)
   local text, err = read_file(config_file)
   if not text then

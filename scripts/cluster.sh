@@ -77,6 +77,10 @@ TEST_USER2=${SCRUN_TEST_USER2:-scruntest2}
 VENV=${SCRUN_TEST_VENV:-/opt/scrun-py/venv}
 WITH_ENGINES=${WITH_ENGINES:-1}
 STATE_BASE=${SCRUN_TEST_STATE_BASE:-/var/lib/scrun-py-test}
+# the scratch filesystem of the multi-node clusters, shared by the login node and the nodes
+SCRATCH=${SCRUN_TEST_SCRATCH:-/shared/scratch}
+# the test users' rootless podman storage: the login node's local disk (scripts/engines.sh)
+ROOTLESS_STORAGE=/var/lib/scrun-py-test-rootless
 
 log() { printf '[cluster] %s\n' "$*" >&2; }
 
@@ -135,6 +139,15 @@ resolve_release() {
         FIRST_JOB_ID=$((line * 1000000 + 500000))
         CLUSTER_NAME=${CLUSTER_NAME}n$NODES
     fi
+    # the multi-node cluster of a release with sackd (23.11+) is the site topology
+    SITE=0
+    SACKD=""
+    if [ "$NODES" -gt 1 ]; then
+        case "$RELEASE" in
+            2[0-2].*|23.0[0-9]) ;;
+            *) SITE=1; SACKD=${PREFIX:+$PREFIX/sbin/}sackd ;;
+        esac
+    fi
     export SCRUN_TEST_STATE=$STATE
 }
 
@@ -172,6 +185,10 @@ write_conf() {
     # a multi-node cluster: one spool dir, pid file and log per node (%n)
     local node_suffix=""
     [ "$NODES" -gt 1 ] && node_suffix=-%n
+    # the site cluster: every node has its own Port=, so SlurmdPort is free for what
+    # listens on it by default, the login node's sackd (slurmctld's reconfigure pushes)
+    local slurmd_port=$((CTLD_PORT + 1))
+    [ "$SITE" = 1 ] && slurmd_port=$((CTLD_PORT + 90))
     {
         cat <<CONF
 ClusterName=$CLUSTER_NAME
@@ -181,7 +198,7 @@ SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
 SlurmctldPort=$CTLD_PORT
-SlurmdPort=$((CTLD_PORT + 1))
+SlurmdPort=$slurmd_port
 StateSaveLocation=$STATE/ctld
 SlurmdSpoolDir=$STATE/d$node_suffix
 SlurmctldPidFile=$STATE/ctld/slurmctld.pid
@@ -210,6 +227,9 @@ Licenses=scrunlic:1
 PlugStackConfig=$STATE/plugstack.conf
 CONF
         [ -n "$FIRST_JOB_ID" ] && echo "FirstJobId=$FIRST_JOB_ID"
+        # the site cluster: nodes and the login node's sackd fetch slurm.conf, oci.conf,
+        # scrun.lua, cgroup.conf from slurmctld
+        [ "$SITE" = 1 ] && echo "SlurmctldParameters=enable_configless"
         case "$ver" in
             22.05) printf 'SchedulerType=sched/backfill\nSwitchType=switch/none\nSlurmctldTimeout=30\n'
                    [ "$NODES" -gt 1 ] || echo "SlurmdTimeout=30" ;;
@@ -275,6 +295,51 @@ CONF
             { log "oci.conf: no RunTimeRun=\"exec ... to put scrun_py.oci.taskenv in front of"; exit 1; }
     fi
     chmod 644 "$STATE/slurm.conf" "$STATE/oci.conf"
+    if [ "$NODES" -gt 1 ]; then
+        # the scratch filesystem the login node and the nodes share (docs/site.md)
+        install -d -m 1777 "$SCRATCH"
+    fi
+    if [ "$SITE" = 1 ]; then
+        # the site's scrun.lua beside slurmctld's slurm.conf (configless ships it): the
+        # shipped staging script with its bases on the shared scratch
+        sed -e 's|^local STAGING_BASE = .*|local STAGING_BASE = "'"$SCRATCH"'/%u/scrun-staging"|' \
+            -e 's|^local CACHE_BASE = .*|local CACHE_BASE = "'"$SCRATCH"'/%u/scrun-cache"|' \
+            "$REPO/lua/scrun-staging.lua" > "$STATE/scrun.lua.new"
+        grep -q "^local STAGING_BASE = \"$SCRATCH/" "$STATE/scrun.lua.new" &&
+            grep -q "^local CACHE_BASE = \"$SCRATCH/" "$STATE/scrun.lua.new" ||
+            { log "lua/scrun-staging.lua: no STAGING_BASE / CACHE_BASE setting to point at $SCRATCH"; exit 1; }
+        chmod 644 "$STATE/scrun.lua.new"
+        mv "$STATE/scrun.lua.new" "$STATE/scrun.lua"
+        unlink_default_conf
+    fi
+}
+
+# The site cluster's login node has no slurm.conf but sackd's: the links the one-node
+# cluster of the release makes at the clients' compiled-in default go while it is up
+# (and come back with "down", or the one-node cluster's "up").
+unlink_default_conf() {
+    local d f t
+    for d in ${PREFIX:+"$PREFIX/etc"} /etc/slurm; do
+        for f in slurm.conf oci.conf cgroup.conf scrun.lua; do
+            t=$(readlink "$d/$f" 2>/dev/null) || continue
+            [ "${t#"$STATE_BASE"}" != "$t" ] || continue
+            log "configless login node: removing the link $d/$f -> $t"
+            rm -f "$d/$f"
+        done
+    done
+    if [ -e /etc/slurm/slurm.conf ] || { [ -n "$PREFIX" ] && [ -e "$PREFIX/etc/slurm.conf" ]; }; then
+        log "configless login node: a slurm.conf of this machine's own is in the way" \
+            "(/etc/slurm or $PREFIX/etc): Slurm's clients would read it instead of sackd's"
+        exit 1
+    fi
+}
+
+relink_default_conf() {  # the one-node cluster's links again, where it has a state dir
+    local one=${STATE%-"${NODES}"n} f
+    [ -n "$PREFIX" ] && [ -f "$one/slurm.conf" ] || return 0
+    for f in slurm.conf oci.conf cgroup.conf; do
+        [ -e "$PREFIX/etc/$f" ] || ln -sfn "$one/$f" "$PREFIX/etc/$f"
+    done
 }
 
 write_plugstack() {
@@ -318,7 +383,8 @@ start_daemons() {
     if [ "$NODES" -gt 1 ]; then
         start_nodes
         wait_nodes
-        return
+        [ "$SITE" = 1 ] && start_sackd
+        return 0
     fi
     if ! pid_alive "$STATE/slurmd.pid"; then
         log "starting slurmd"
@@ -356,10 +422,100 @@ start_nodes() {  # the slurmd (and munged) of each node of a multi-node cluster
         fi
         pid_alive "$STATE/slurmd-$node.pid" && continue
         log "starting slurmd of $node"
+        if [ "$SITE" = 1 ]; then
+            start_site_node "$node" "$mdir"
+            continue
+        fi
         unshare --uts --mount --propagation private -- /bin/sh -c \
             'hostname "$1" && mount --bind "$2" /run/munge && exec slurmd -f "$3"' \
             sh "$node" "$mdir" "$STATE/slurm.conf"
     done
+}
+
+# A compute node of the site cluster (docs/site.md): its slurmd in a UTS and mount
+# namespace of its own, with private tmpfs on /tmp, /var/tmp, /dev/shm and /run (its
+# munged's socket bound on /run/munge), the login node's engine storage under empty
+# read-only tmpfs, and its configuration fetched from slurmctld (configless).  /home and
+# the scratch filesystem are the login node's.  The mounts live as long as the
+# namespace, that is as long as the node's last process.
+start_site_node() {  # NODE MUNGE_DIR
+    local hide=() d
+    # the engines' storage: the machine's, every cluster's private dockerd's (root and
+    # rootless), the test users' rootless podman's; made now if missing, or the node would see what the
+    # login node puts there later
+    install -d -m 755 /var/lib/docker "$STATE/docker"
+    install -d -m 700 /var/lib/containers
+    install -d -m 755 "$ROOTLESS_STORAGE" "$STATE/rootless-docker"
+    for d in /var/lib/docker /var/lib/containers "$ROOTLESS_STORAGE" "$STATE_BASE"*/docker \
+             "$STATE_BASE"*/rootless-docker; do
+        [ -d "$d" ] && hide+=("$d")
+    done
+    # -L: the log file SlurmdLogFile names (%n), and this state dir on the command line
+    # (pid_alive)
+    unshare --uts --mount --propagation private -- /bin/sh -c '
+        set -e
+        node=$1 mdir=$2 server=$3 log=$4; shift 4
+        hostname "$node"
+        for d in /tmp /var/tmp /dev/shm; do
+            mount -t tmpfs -o mode=1777,nosuid,nodev "tmpfs-$node" "$d"
+        done
+        mount -t tmpfs -o mode=755,nosuid,nodev "tmpfs-$node" /run
+        mkdir -p /run/munge
+        mount --bind "$mdir" /run/munge
+        for d; do mount -t tmpfs -o ro,mode=755,nosuid,nodev "hidden-$node" "$d"; done
+        exec slurmd --conf-server "$server" -L "$log"' \
+        sh "$1" "$2" "127.0.0.1:$CTLD_PORT" "$STATE/slurmd-$1.log" "${hide[@]}"
+}
+
+sackd_pid() {  # the pid of this cluster's sackd, if it runs
+    local p
+    for p in /proc/[0-9]*; do
+        [ "$(readlink "$p/exe" 2>/dev/null)" = "$(command -v "$SACKD")" ] || continue
+        tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "--conf-server 127.0.0.1:$CTLD_PORT " &&
+            running "${p#/proc/}" && { echo "${p#/proc/}"; return 0; }
+    done
+    return 0
+}
+
+# The login node of the site cluster: sackd fetches slurm.conf, oci.conf, scrun.lua
+# (and cgroup.conf) from slurmctld into /run/slurm/conf, where Slurm's clients (and
+# scrun-py) find them
+start_sackd() {
+    local other conf=/run/slurm/conf/slurm.conf i
+    [ -n "$(sackd_pid)" ] && return 0
+    command -v "$SACKD" >/dev/null ||
+        { log "no sackd ($SACKD): the site cluster's login node needs Slurm's sackd"; exit 1; }
+    other=$(sed -n 's/^ClusterName=//p' "$conf" 2>/dev/null || true)
+    if [ -n "$other" ] && [ "$other" != "$CLUSTER_NAME" ] &&
+       ps -e -o comm= | grep -qx sackd; then
+        log "the sackd of cluster $other holds /run/slurm/conf: stop that site cluster first" \
+            "(scripts/cluster.sh down --slurm R --nodes N)"
+        exit 1
+    fi
+    log "starting sackd (configless login node, /run/slurm/conf)"
+    # its RUNTIME_DIRECTORY, which systemd would make
+    install -d -m 755 /run/slurm
+    "$SACKD" --conf-server "127.0.0.1:$CTLD_PORT" </dev/null >/dev/null 2>&1
+    for i in $(seq 1 200); do
+        [ "$(sed -n 's/^ClusterName=//p' "$conf" 2>/dev/null)" = "$CLUSTER_NAME" ] &&
+            [ -f /run/slurm/conf/oci.conf ] && [ -f /run/slurm/conf/scrun.lua ] &&
+            [ -n "$(sackd_pid)" ] && return 0
+        sleep 0.1
+    done
+    log "sackd did not fetch slurm.conf, oci.conf and scrun.lua into /run/slurm/conf:" \
+        "$(ls /run/slurm/conf 2>&1 | tr '\n' ' ' || true)"
+    return 1
+}
+
+stop_sackd() {
+    [ "$SITE" = 1 ] || return 0
+    # shellcheck disable=SC2046
+    stop "sackd of $CLUSTER_NAME" $(sackd_pid)
+    # the copies it fetched go with it: a login node without sackd has no configuration
+    if [ "$(sed -n 's/^ClusterName=//p' /run/slurm/conf/slurm.conf 2>/dev/null)" = "$CLUSTER_NAME" ]; then
+        rm -rf /run/slurm/conf
+    fi
+    relink_default_conf
 }
 
 wait_nodes() {  # every node idle (a node drained or down by an earlier run is resumed)
@@ -384,7 +540,7 @@ node_pids() {  # NODE: every process of that node: its UTS namespace and their d
     pid_alive "$pidf" || return 0
     # only this cluster's slurmd, in a UTS namespace of its own: a stale pid file whose pid
     # now belongs to another process must not take the machine's namespace with it
-    tr '\0' ' ' < "/proc/$(cat "$pidf")/cmdline" 2>/dev/null | grep -qF "$STATE/slurm.conf" || return 0
+    tr '\0' ' ' < "/proc/$(cat "$pidf")/cmdline" 2>/dev/null | grep -qF "$STATE/" || return 0
     ns=$(readlink "/proc/$(cat "$pidf")/ns/uts")
     [ "$ns" != "$(readlink /proc/$$/ns/uts)" ] || return 0
     # the namespace members, then their descendants (containers have UTS namespaces of their own)
@@ -539,6 +695,7 @@ down() {  # what "up" started for this cluster
     # the engines first: dockerd ends its containers through scrun-py, which needs Slurm
     "$REPO/scripts/engines.sh" down || true
     cancel_jobs
+    stop_sackd
     stop_slurm
 }
 
@@ -575,6 +732,9 @@ resolve_release
 
 case "$CMD" in
     up)
+        if [ "$NODES" -gt 1 ] && [ "$SITE" = 0 ]; then
+            log "Slurm $RELEASE has no sackd: configless login node and site topology need 23.11+; the $NODES nodes share this machine's filesystem"
+        fi
         install_packages
         fix_host
         write_conf
@@ -586,13 +746,29 @@ case "$CMD" in
         # the release's pyslurm, where it has one (the suite then runs on the pyslurm backend)
         "$REPO/scripts/pyslurm.sh" install "$RELEASE" "$PREFIX" "$VENV" "$STATE/slurm.conf"
         chmod -R a+rX "$(dirname "$VENV")"
-        [ "$WITH_ENGINES" = 1 ] && "$REPO/scripts/engines.sh" up
-        log "cluster up: Slurm $RELEASE, SLURM_CONF=$STATE/slurm.conf ($(slurmd -V))"
+        if [ "$WITH_ENGINES" = 1 ]; then
+            # the site cluster's engines call scrun-py with the login node's configuration:
+            # sackd's copies in /run/slurm/conf
+            if [ "$SITE" = 1 ]; then export SCRUN_TEST_ENGINE_CONF=/run/slurm/conf; fi
+            "$REPO/scripts/engines.sh" up
+        fi
+        if [ "$SITE" = 1 ]; then
+            log "cluster up: Slurm $RELEASE, site topology of $NODES nodes, configless login node" \
+                "(/run/slurm/conf; controller's SLURM_CONF=$STATE/slurm.conf) ($(slurmd -V))"
+        else
+            log "cluster up: Slurm $RELEASE, SLURM_CONF=$STATE/slurm.conf ($(slurmd -V))"
+        fi
         ;;
     down) down ;;
     crash) crash "$NODE_ARG" ;;
     env)
-        echo "SLURM_CONF=$STATE/slurm.conf"
+        # the site cluster's login node is configless: no SLURM_CONF, as at a site
+        if [ "$SITE" = 1 ]; then
+            echo "SCRUN_TEST_SITE=1"
+            echo "SCRUN_TEST_SCRATCH=$SCRATCH"
+        else
+            echo "SLURM_CONF=$STATE/slurm.conf"
+        fi
         echo "SCRUN_TEST_STATE=$STATE"
         echo "SCRUN_TEST_SLURM=$RELEASE"
         echo "SCRUN_TEST_SLURM_PREFIX=$PREFIX"
