@@ -1,6 +1,6 @@
 """The package sites install: the commit the build writes into it (setup.py, read by
-base/version.py where there is no .git), and the scrun-py the tests run being this
-checkout's.
+base/version.py where there is no .git), the example site files it carries, its
+dependencies' bounds, and the scrun-py the tests run being this checkout's.
 
 The end-to-end tests run the virtualenv's command ($SCRUN_TEST_VENV/bin/scrun-py, the wheel
 under CI=true: scripts/cluster.sh), which imports the installed package; the tests that
@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -179,3 +182,71 @@ class TestInstalled:
         assert 0 == res.returncode, res.stderr
         assert f"commit: {version.git_commit(str(REPO))}" == res.stdout.splitlines()[1], \
             self.REINSTALL
+
+    def test_the_installed_examples_are_the_checkouts(self) -> None:
+        """`scrun-py example` of the installed package prints the checkout's files: the
+        wheel (or the editable install) carries scrun_py/examples/."""
+        installed = _installed()
+        ours = REPO / "scrun_py" / "examples"
+        names = sorted(p.name for p in ours.iterdir())
+        assert names == sorted(p.name for p in (installed / "examples").iterdir()), \
+            self.REINSTALL
+        for name in names:
+            assert (ours / name).read_bytes() == (installed / "examples" / name).read_bytes(), \
+                self.REINSTALL
+
+
+#: scrun_py/examples/ entry -> the source tree's file it links to
+EXAMPLE_LINKS = {"oci.conf.example": "../../oci.conf.example",
+                 "scrun.lua": "../../lua/scrun.lua",
+                 "scrun-staging.lua": "../../lua/scrun-staging.lua"}
+
+
+def _pyproject() -> dict[str, Any]:
+    with open(REPO / "pyproject.toml", "rb") as fh:
+        return tomllib.load(fh)
+
+
+class TestPackageData:
+    """The example site files: one copy in the source tree, at the paths the scripts and
+    tests read (oci.conf.example, lua/), which scrun_py/examples/ links to, and what the
+    build puts into the sdist and the wheel (scripts/build.sh compares their bytes)."""
+
+    def test_links_to_the_source_files(self) -> None:
+        examples = REPO / "scrun_py" / "examples"
+        for name, target in EXAMPLE_LINKS.items():
+            assert target == os.readlink(examples / name), name
+            assert (examples / name).resolve().is_file(), name
+        assert not (examples / "scrun-py.toml").is_symlink()
+
+    def test_every_example_is_package_data(self) -> None:
+        """pyproject.toml's package data holds examples/, MANIFEST.in the sdist's copy."""
+        data = _pyproject()["tool"]["setuptools"]["package-data"]
+        assert ["examples/*"] == data["scrun_py"]
+        assert "recursive-include scrun_py/examples *" in \
+            (REPO / "MANIFEST.in").read_text().splitlines()
+        from scrun_py.commands.examples import EXAMPLES
+
+        assert sorted(p.name for p in (REPO / "scrun_py" / "examples").iterdir()) == \
+            sorted(e.file for e in EXAMPLES)
+
+
+class TestDependencies:
+    def test_upper_bounds(self) -> None:
+        """Each dependency stops before its next major release, but structlog, whose
+        versions are calendar years (it announces removals a year ahead)."""
+        deps = _pyproject()["project"]["dependencies"]
+        names = {re.split(r"[<>=!~ ]", d)[0]: d for d in deps}
+        assert {"click", "pydantic", "structlog", "lupa"} == set(names)
+        for name, spec in names.items():
+            assert ("<" in spec) == (name != "structlog"), spec
+
+    def test_pyslurm_pinned_to_a_release_line(self) -> None:
+        """pyslurm X.Y is built against Slurm X.Y only: each extra pins one line."""
+        extras = _pyproject()["project"]["optional-dependencies"]
+        assert ["pyslurm>=25.11,<25.12"] == extras["pyslurm-25.11"] == extras["pyslurm"]
+        for name, reqs in extras.items():
+            match = re.fullmatch(r"pyslurm-(\d+)\.(\d+)", name)
+            if match:
+                major, minor = int(match[1]), int(match[2])
+                assert [f"pyslurm>={major}.{minor},<{major}.{minor + 1}"] == reqs
