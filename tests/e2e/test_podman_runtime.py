@@ -17,6 +17,7 @@ every test ends by checking that nothing is left (tests/e2e/test_engines.py `_gu
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Iterator
 
@@ -96,9 +97,14 @@ class TestCommandThatCannotRun:
 
 class TestPreserveFds:
     def test_refused(self, podman: Engine) -> None:
-        """`podman run --preserve-fds 1` fails with one line saying why; nothing is
-        made (`_guarded`), no job is asked for."""
-        res = podman.run("--rm", "--preserve-fds", "1", podman.image, "true", timeout=60)
+        """`podman run --preserve-fds 1` (with a descriptor 3 to pass) fails with one line
+        saying why; nothing is made (`_guarded`), no job is asked for."""
+        argv = podman.argv(*podman.run_args(), "--rm", "--preserve-fds", "1", podman.image,
+                           "true")
+        # podman checks that the descriptor exists
+        res = subprocess.run(["/bin/sh", "-c", 'exec "$@" 3</dev/null', "sh", *argv],
+                             env=podman.env(), stdin=subprocess.DEVNULL, capture_output=True,
+                             text=True, timeout=60, cwd="/")
         assert 126 == res.returncode, res.stderr
         assert ("--preserve-fds 1: file descriptors cannot follow the container to a "
                 "compute node") in res.stderr
@@ -132,11 +138,13 @@ class TestPause:
             assert 0 == res.returncode, res.stderr
             wait_until(lambda: podman_root.exit_code(name)[0] == "running", "running")
             pause = podman_root("pause", name)
-            assert 125 == pause.returncode, pause.stderr
-            assert pause.stderr.startswith("Error: `/"), pause.stderr
             cid = podman_root("inspect", "-f", "{{.Id}}", name).stdout.strip()
-            assert pause.stderr.rstrip().endswith(f"pause {cid}` failed: exit status 1"), (
-                pause.stderr)
+            assert 125 == pause.returncode, pause.stderr
+            lines = pause.stderr.splitlines()
+            assert 2 == len(lines), pause.stderr
+            assert "scrun-py: pause is not supported by scrun-py" == lines[0]
+            assert lines[1].startswith("Error: `/"), pause.stderr
+            assert lines[1].endswith(f"pause {cid}` failed: exit status 1"), pause.stderr
             assert "running" == podman_root.exit_code(name)[0]
         finally:
             podman_root.rm_force(name)
