@@ -6,7 +6,8 @@ where docker takes the same path), with scrun-py as the runtime on the real clus
   `exec` of one gives 127/126 too;
 * `--preserve-fds N` is refused with one line, nothing made;
 * `podman run --timeout N`: conmon SIGKILLs the container's pid; afterwards `podman rm`
-  leaves no job, anchor, spool dir nor staged copy of the rootfs;
+  leaves no job, anchor, spool dir nor staged copy of the rootfs; nor when the anchor
+  itself is SIGKILLed (`delete` runs the stage_out it owed);
 * `podman pause` fails with the words docs/podman.md quotes.
 
 The engines' configuration is docs/docker.md's and docs/podman.md's (scripts/engines.sh);
@@ -17,12 +18,16 @@ every test ends by checking that nothing is left (tests/e2e/test_engines.py `_gu
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
 
 import pytest
 
+from scrun_py.base.layout import STAGE_OUT_FILE
 from tests.e2e.conftest import TEST_USER, User, wait_until
 from tests.e2e.test_engines import (  # noqa: F401 - engine, engines_up: fixtures
     Engine,
@@ -125,6 +130,26 @@ class TestEngineKillsTheRuntime:
             assert "exited" == podman.exit_code(name)[0]
         finally:
             rm = podman("rm", "-f", name)
+            assert 0 == rm.returncode, rm.stderr
+
+
+    def test_anchor_killed_leaves_nothing(self, podman: Engine) -> None:
+        """The anchor itself SIGKILLed while the container runs (its stage_out never
+        runs): `podman rm -f` runs the stage_out it owed, and nothing is left, the
+        staged copy of the rootfs included (checked by `_guarded`)."""
+        name = _name("anchorkill")
+        res = podman.run("-d", "--name", name, podman.image, "sleep", "100")
+        try:
+            assert 0 == res.returncode, res.stderr
+            wait_until(lambda: podman.exit_code(name)[0] == "running", "running")
+            cid = podman("inspect", "-f", "{{.Id}}", name).stdout.strip()
+            spool = podman.root / cid
+            assert (spool / STAGE_OUT_FILE).is_file()  # the staging script staged it
+            assert any(podman.staging.iterdir())
+            anchor = json.loads((spool / "state.json").read_text())["anchor_pid"]
+            os.kill(anchor, signal.SIGKILL)
+        finally:
+            rm = podman("rm", "-f", "-t", "0", name)
             assert 0 == rm.returncode, rm.stderr
 
 
