@@ -203,19 +203,19 @@ class LuaHooks:
                                 script=str(self.script), hook=STAGE_IN)
         elif rc != 0:
             raise HookError(f"{self.script}: {STAGE_IN} returned {rc}")
-        from scrun_py.hooks import owed
+        from scrun_py.hooks import owed_record
 
-        # delete runs stage_out from this if the anchor dies before it does
-        owed.save(ctx, os.fspath(self.script), self.lua_version, self.cluster_name)
+        # delete runs stage_out from this if the anchor dies before it does (hooks/owed.py)
+        owed_record.save(ctx, os.fspath(self.script), self.lua_version, self.cluster_name)
 
     def stage_out(self, ctx: HookContext) -> int | None:
         """Run ``slurm_scrun_stage_out``; failures are logged, never raised.
 
         Returns the hook's number, ``None`` for a non-numeric result and -1 for a Lua error.
         """
-        from scrun_py.hooks import owed
+        from scrun_py.hooks import owed_record
 
-        owed.discard(ctx.spool_dir)  # run here, once: delete must not run it again
+        owed_record.discard(ctx.spool_dir)  # run here, once: delete must not run it again
         args = (ctx.container_id, ctx.bundle, ctx.orig_bundle or None, ctx.root_path,
                 ctx.orig_root_path, ctx.spool_dir, ctx.config_file, ctx.job_id, ctx.user_id,
                 ctx.group_id)

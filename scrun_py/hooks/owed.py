@@ -1,7 +1,7 @@
 """The stage_out an anchor owes, kept where `delete` finds it if the anchor dies first.
 
-Once stage_in has run, the container's directory holds `stage-out.json`: the script, its
-Lua version and cluster name, and the hook context (paths, job, user, job environment).
+Once stage_in has run, the container's directory holds `stage-out.json` (owed_record.py):
+the script, its Lua version and cluster name, and the hook context (paths, job, user, job environment).
 The anchor removes it just before it runs stage_out itself.  An anchor killed before
 that (SIGKILL from an engine: conmon's `--timeout`, a shim's cleanup) leaves it, and
 `delete` then runs stage_out from it (`run_owed`), so that a staging script's copy of
@@ -11,12 +11,10 @@ the rootfs does not outlive the container.  The job has ended by then: a
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 
-from scrun_py.base.layout import STAGE_OUT_FILE
 from scrun_py.hooks.context import HookContext, HookJob, HookPaths
+from scrun_py.hooks.owed_record import discard, path
 
 TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
@@ -25,30 +23,6 @@ if TYPE_CHECKING:
 #: what a remote command runs once the job has ended
 NO_JOB_ARGV = ("/bin/sh", "-c", "echo 'scrun-py: the job has ended: no remote command' >&2; "
                "exit 1")
-
-
-def path(spool_dir: str) -> str:
-    return os.path.join(spool_dir, STAGE_OUT_FILE)
-
-
-def save(ctx: HookContext, script: str, lua_version: str, cluster_name: str | None) -> None:
-    """Record that stage_out is owed for `ctx` (best effort: a spool dir that cannot take
-    the file only loses this fallback)."""
-    from scrun_py.container.spool import write_atomic
-
-    doc = {"script": script, "lua_version": lua_version, "cluster_name": cluster_name,
-           "id": ctx.container_id, "bundle": ctx.bundle, "orig_bundle": ctx.orig_bundle,
-           "root_path": ctx.root_path, "orig_root_path": ctx.orig_root_path,
-           "spool_dir": ctx.spool_dir, "config_file": ctx.config_file, "job_id": ctx.job_id,
-           "user_id": ctx.user_id, "group_id": ctx.group_id, "env": dict(ctx.env)}
-    with contextlib.suppress(OSError):
-        write_atomic(path(ctx.spool_dir), json.dumps(doc).encode(), 0o600)
-
-
-def discard(spool_dir: str) -> None:
-    """stage_out is about to run (or is not owed): forget the record."""
-    with contextlib.suppress(OSError):
-        os.unlink(path(spool_dir))
 
 
 def _context(doc: dict[str, Any]) -> HookContext:
