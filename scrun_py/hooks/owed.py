@@ -1,12 +1,13 @@
 """The stage_out an anchor owes, kept where `delete` finds it if the anchor dies first.
 
 Once stage_in has run, the container's directory holds `stage-out.json` (owed_record.py):
-the script, its Lua version and cluster name, and the hook context (paths, job, user, job environment).
-The anchor removes it just before it runs stage_out itself.  An anchor killed before
-that (SIGKILL from an engine: conmon's `--timeout`, a shim's cleanup) leaves it, and
-`delete` then runs stage_out from it (`run_owed`), so that a staging script's copy of
-the rootfs does not outlive the container.  The job has ended by then: a
-`slurm.remote_command` fails (status 1), `slurm.allocator_command` runs as ever.
+the script, its Lua version and cluster name, and the hook context (paths, job, user,
+job environment).  The anchor removes it just before it runs stage_out itself.  An
+anchor killed before that (SIGKILL from an engine: conmon's `--timeout`, a shim's
+cleanup) leaves it, and `delete` then runs stage_out from it (`run_owed`), so that a
+staging script's copy of the rootfs does not outlive the container.  The job has ended
+by then: a `slurm.remote_command` fails (status 1), `slurm.allocator_command` runs as
+ever.
 """
 
 from __future__ import annotations
