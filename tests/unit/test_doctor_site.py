@@ -231,7 +231,8 @@ def _step_here(ctx: Context, hide: str = "") -> list[list[str]]:
 class TestStagingProbe:
     def test_no_staging_script(self, tmp_path: Path) -> None:
         ctx = _ctx(tmp_path)
-        assert "ok" == staging.staging_base(ctx).status
+        assert ("ok", "no staging script in use (see the scrun.lua check)") == \
+            _said(staging.staging_base(ctx))
         ctx.lua_script = str(tmp_path / "other.lua")
         (tmp_path / "other.lua").write_text(LUA)
         assert ("ok", f"no staging script ({ctx.lua_script} is not scrun-staging.lua)") == \

@@ -100,7 +100,7 @@ def staging_base(ctx: Context) -> Check:
     """The shipped staging script's bases are seen by a node (one step), or why it
     could not be asked."""
     if not ctx.lua_script:
-        return Check(NAME, OK, "no staging script (scrun.lua is not scrun-staging.lua)")
+        return Check(NAME, OK, "no staging script in use (see the scrun.lua check)")
     try:
         with open(ctx.lua_script, encoding="utf-8", errors="replace") as fh:
             bases = staging_bases(fh.read(), os.getuid())
