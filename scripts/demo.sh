@@ -54,10 +54,10 @@ setpriv --reuid="$SCRUN_TEST_USER" --regid="$SCRUN_TEST_USER" --init-groups -- \
         SLURM_CONF="$SLURM_CONF" PATH="$SCRUN_TEST_VENV/bin:${SCRUN_TEST_SLURM_PREFIX:+$SCRUN_TEST_SLURM_PREFIX/bin:}/usr/bin:/bin" \
         ${SCRUN_OPTS[@]+"${SCRUN_OPTS[@]}"} \
     scrun-py --root "$work/root" run --bundle "$work/bundle" demo-$$
-show_job() {
+show_job() {  # the user's latest job: each container's job is named after the container
     local job
-    job=$(squeue -h -u "$SCRUN_TEST_USER" --states=all -o '%i %j' 2>/dev/null |
-          awk '$2=="scrun"{print $1}' | sort -n | tail -1)
+    job=$(squeue -h -u "$SCRUN_TEST_USER" --states=all -o '%i' 2>/dev/null |
+          sort -n | tail -1)
     echo "== the Slurm job that ran it =="
     scontrol show job "$job" | grep -E 'JobId|JobState|UserId|NodeList|ExitCode|NumNodes' |
         grep -v ReqNodeList | sed 's/^ */  /'
