@@ -75,10 +75,11 @@ def system_file() -> Path:
 
 
 def system_lua_dir(system: Path) -> Path:
-    """Where the system's scrun.lua is: beside the system's file `system`, unless no
-    slurm.conf is there and the configless copy is (a configless login node: sackd
-    copies scrun.lua with slurm.conf)."""
-    if (not (system.parent / "slurm.conf").exists()
+    """Where the system's scrun.lua is: beside the system's file `system`, unless that
+    is the compiled-in default's directory, which has no slurm.conf, and the configless
+    copy exists (a configless login node: sackd copies scrun.lua with slurm.conf)."""
+    if (system.parent == Path(layout.DEFAULT_SLURM_CONF).parent
+            and not os.path.exists(layout.DEFAULT_SLURM_CONF)
             and os.path.exists(layout.CONFIGLESS_SLURM_CONF)):
         return Path(layout.CONFIGLESS_SLURM_CONF).parent
     return system.parent
