@@ -116,13 +116,15 @@ def _create(inv: Invocation, args: CreateArgs, rules: SiteRules,
 
 
 def _check_command(loaded: Bundle) -> None:
-    """Refuse a process.args[0] that cannot run in the rootfs, in runc's words (engines
-    map them to 127 and 126: oci/command.py), before any job is asked for."""
+    """Refuse, before any job is asked for, a setting the node's runtime cannot apply in
+    a job (oci/refused.py) and a process.args[0] that cannot run in the rootfs, in runc's
+    words (engines map them to 127 and 126: oci/command.py)."""
     from scrun_py.oci.command import command_problem, mount_destinations
+    from scrun_py.oci.refused import refused_setting
 
     process = loaded.config.process
-    problem = command_problem(process.args, process.env, process.cwd, loaded.rootfs,
-                              mount_destinations(loaded.raw))
+    problem = refused_setting(loaded.raw) or command_problem(
+        process.args, process.env, process.cwd, loaded.rootfs, mount_destinations(loaded.raw))
     if problem:
         raise BundleError(problem)
 

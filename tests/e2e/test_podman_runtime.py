@@ -4,7 +4,7 @@ where docker takes the same path), with scrun-py as the runtime on the real clus
 * a command that cannot run is refused at `create` in runc's words, which the engines
   turn into their exit codes: 127 not found, 126 not executable (`run`), 125 (`start`);
   `exec` of one gives 127/126 too;
-* `--preserve-fds N` is refused with one line, nothing made;
+* `--preserve-fds N` and `--device-read-bps` are refused with one line, nothing made;
 * `podman run --timeout N`: conmon SIGKILLs the container's pid; afterwards `podman rm`
   leaves no job, anchor, spool dir nor staged copy of the rootfs; nor when the anchor
   itself is SIGKILLed (`delete` runs the stage_out it owed);
@@ -98,6 +98,18 @@ class TestCommandThatCannotRun:
             assert 1 == ex.returncode, ex.stderr
         finally:
             engine.rm_force(name)
+
+
+class TestRefusedSetting:
+    def test_device_read_bps(self, podman_root: Engine) -> None:
+        """`podman run --device-read-bps` (rootful: rootless podman refuses it itself) is
+        refused at create with one line naming the field, instead of a container that
+        exits 1 at once on the node; no job is asked for."""
+        res = podman_root.run("--rm", "--device-read-bps=/dev/zero:1M", podman_root.image,
+                              "true", timeout=60)
+        assert 126 == res.returncode, res.stderr
+        assert ("linux.resources.blockIO.throttleReadBpsDevice: block I/O throttling is "
+                "not supported by scrun-py") in res.stderr
 
 
 class TestPreserveFds:
