@@ -19,7 +19,11 @@
 #
 # Environment: SCRUN_TEST_VENV (scrun-py's venv, default /opt/scrun-py/venv), SLURM_CONF
 # (default: scripts/cluster.sh env), RUNC (default runc), TESTS (default the nine below),
-# RT_TIMEOUT (seconds per test executable, default 600), RT_KEEP=1 keeps the TAP files.
+# RT_TIMEOUT (seconds per test executable, default 600), RT_KEEP=1 keeps the TAP files
+# (and each runtime's --log, the first place to look for why a case failed).
+# Other tests of the suite run the same way once built, e.g.
+#   TESTS="linux_uid_mappings hooks_stdin" scripts/runtime-tools.sh --node-shim CHECKOUT
+# (docs/differences.md, "linux_uid_mappings and hooks_stdin").
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 SHIM=0
