@@ -651,6 +651,8 @@ CONTAINER_ENV = {
     "PATH": "/usr/bin:/bin", "TERM": "xterm", "FROM_CONFIG": "1", "HOME": "/", "TMPDIR": "/tmp",
     "SLURM_CONF": f"{STATE}/slurm.conf", "SLURM_CONTAINER": "BUNDLE",
     "SLURM_CONTAINER_ID": "CID", "SLURM_JOBID": "JOB", "SLURM_JOB_ID": "JOB",
+    # the step's name (srun --job-name), scrun for both; the job is named after the
+    # container by scrun-py only (test_scrun_options_in_scontrol)
     "SLURM_JOB_NAME": "scrun", "SLURM_JOB_NUM_NODES": "1", "SLURM_JOB_NODELIST": "NODE",
     "SLURM_JOB_PARTITION": "debug", "SLURM_NNODES": "1", "SLURM_NODELIST": "NODE",
     "SLURM_TASKS_PER_NODE": "1", "SLURM_PRIO_PROCESS": "0", "SLURM_UMASK": "0022",
@@ -732,14 +734,14 @@ class TestJob:
 
     def test_scrun_options_in_scontrol(self, user_env: Env, vconf: Path,
                                        results: Results) -> None:
-        job = {"JobName": "scrun", "Partition": "other", "TimeLimit": "00:07:00",
+        job = {"JobName": "vsname", "Partition": "other", "TimeLimit": "00:07:00",
                "NumCPUs": "2", "NumTasks": "1", "CPUs/Task": "2", "MinMemoryNode": "100M",
-               "WorkDir": "/tmp", "ContainerID": "-", "Container": "-",
+               "WorkDir": "/tmp", "ContainerID": "CID", "Container": "(null)",
                "JobState": "RUNNING"}
         compare(results, "SCRUN_* options in scontrol show job", user_env, vconf,
                 scrun_options, {"create": 0, "anchor exit": 0, "stderr": "", "job": job},
-                # ContainerID: salloc has no --container-id; scrun-py gives it to the step
-                {"job": {**job, "ContainerID": "CID", "Container": "(null)"}})
+                # Slurm's scrun overrides SCRUN_JOB_NAME: every job is named scrun
+                {"job": {**job, "JobName": "scrun"}})
 
 
 RECORDER = r"""
