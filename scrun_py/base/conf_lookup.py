@@ -1,7 +1,7 @@
 """Which slurm.conf scrun-py reads, found as Slurm's client commands find theirs, and
 every place it looked.  os alone: the verbs that audit ask (base/lean.py).
 
-Slurm's order (read_config.c `_establish_config_source`, the same in 23.11 to 26.05):
+Slurm's order (read_config.c `_establish_config_source`, read in 25.11 and 26.05):
 
 1. the file the command is given (scrun-py: `-f`), and 2. `$SLURM_CONF`, both taken as
    they are, whether or not the file exists;
