@@ -22,7 +22,7 @@
 #   (the tag of the release's helpers.bash); no registry is used.
 #
 # Each bats file runs with each runtime (TAP), under flock on $SCRUN_SYSTEST_LOCK when that
-# is set (one lock per file and runtime, so that others sharing the machine get turns).
+# is set (taken per file, so that others sharing the machine get turns between files).
 # Printed: per runtime the counts (passed, failed, skipped) and every test that passes with
 # crun and fails with scrun-py.  Such a test fails the run unless it is on
 # tests/podman-systest/allow-list, whose entries name a Slurm design limit that
@@ -40,6 +40,7 @@ WORK=$STATE/podman-systest
 ALLOW=$REPO/tests/podman-systest/allow-list
 FILES="030-run 040-ps 045-start 050-stop 055-rm 075-exec 080-pause 130-kill"
 RUNTIMES="crun slurm"
+REPORT=0
 # a bats file that runs longer is stopped (and the run fails)
 FILE_TIMEOUT=${SCRUN_SYSTEST_FILE_TIMEOUT:-900}
 LOCK=${SCRUN_SYSTEST_LOCK:-}
@@ -51,9 +52,78 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --files) FILES=${2:?--files needs a list}; shift 2 ;;
         --runtimes) RUNTIMES=${2:?--runtimes needs a list}; shift 2 ;;
-        *) echo "usage: $0 [--files \"030-run ...\"] [--runtimes \"crun slurm\"]" >&2; exit 2 ;;
+        --report) REPORT=1; shift ;;
+        *) echo "usage: $0 [--files \"030-run ...\"] [--runtimes \"crun slurm\"] [--report]" >&2; exit 2 ;;
     esac
 done
+
+# ---------------------------------------------------------------------------------------
+# the results: "FILE<TAB>STATUS<TAB>NAME" per test, STATUS ok, fail or skip
+results() {  # RUNTIME
+    local f
+    for f in $FILES; do
+        awk -v f="$f.bats" '
+            /^1\.\.[0-9]+$/ {plan = substr($0, 4)}
+            /^(not )?ok [0-9]+ / {
+                st = ($1 == "not") ? "fail" : "ok"
+                line = $0
+                sub(/^(not )?ok [0-9]+ /, "", line)
+                if (line ~ / # [sS][kK][iI][pP]/) { st = "skip"; sub(/ # [sS][kK][iI][pP].*$/, "", line) }
+                n++
+                print f "\t" st "\t" line
+            }
+            END { if (plan == "" || n < plan) print f "\tfail\t(bats ran " n+0 " of " plan+0 " tests: see its TAP)" }
+        ' "$WORK/results/$1/$f.tap" 2>/dev/null || echo "$f.bats	fail	(no TAP)"
+    done
+}
+
+counts() {  # RUNTIME
+    results "$1" | awk -F'\t' '{c[$2]++} END {printf "%d passed, %d failed, %d skipped", c["ok"], c["fail"], c["skip"]}'
+}
+
+allowed() {  # FILE NAME: the allow-list's reason for the test, if any
+    awk -F' [|] ' -v f="$1" -v n="$2" '!/^#/ && NF >= 3 && $1 == f && $2 == n {print $3; exit}' "$ALLOW"
+}
+
+report() {  # the counts and the comparison of the TAP in $WORK/results; false on a failure
+    local rc=0 rt f st name reason n_bad n_allowed
+    for rt in $RUNTIMES; do
+        log "$rt: $(counts "$rt") (files: $FILES)"
+    done
+    if [[ " $RUNTIMES " == *" crun "* && " $RUNTIMES " == *" slurm "* ]]; then
+        local -A CRUN
+        while IFS=$'\t' read -r f st name; do CRUN["$f	$name"]=$st; done < <(results crun)
+        n_bad=0 n_allowed=0
+        while IFS=$'\t' read -r f st name; do
+            if [ "${CRUN["$f	$name"]:-}" = ok ] && [ "$st" = fail ]; then
+                reason=$(allowed "$f" "$name")
+                if [ -n "$reason" ]; then
+                    log "allowed: $f: $name (passes with crun, fails with scrun-py: $reason)"
+                    n_allowed=$((n_allowed + 1))
+                else
+                    log "FAILED: $f: $name (passes with crun, fails with scrun-py)"
+                    n_bad=$((n_bad + 1))
+                fi
+            elif [ "${CRUN["$f	$name"]:-}" = ok ] && [ "$st" = skip ]; then
+                log "note: $f: $name passes with crun, is skipped with scrun-py"
+            elif [ "$st" = ok ] && [ -n "$(allowed "$f" "$name")" ]; then
+                log "note: $f: $name is on the allow-list but passes with scrun-py"
+            fi
+        done < <(results slurm)
+        log "scrun-py against crun: $n_bad failing only with scrun-py, $n_allowed allowed (tests/podman-systest/allow-list)"
+        [ "$n_bad" = 0 ] || rc=1
+    fi
+    # a bats file that did not run to its end fails the run
+    for rt in $RUNTIMES; do
+        if results "$rt" | grep -q $'\t(bats ran'; then
+            log "a bats file did not run to its end with $rt (TAP in $WORK/results/$rt)"
+            rc=1
+        fi
+    done
+    return "$rc"
+}
+
+if [ "$REPORT" = 1 ]; then report; exit; fi
 [ "$(id -u)" = 0 ] || die "run as root"
 [ -n "${SLURM_CONF:-}" ] || die "no SLURM_CONF: export the cluster's environment (scripts/cluster.sh env)"
 command -v podman >/dev/null || die "podman is not installed"
@@ -107,18 +177,40 @@ SYS=$SRC/test/system
 "$REPO/scripts/apt-install.sh" podman-systest bats busybox-static
 for f in $FILES; do [ -f "$SYS/$f.bats" ] || die "$SYS has no $f.bats"; done
 
-# the engines' containers.conf (netns "none", the runtime "slurm")
-eval "$("$REPO/scripts/engines.sh" env | grep '^CONTAINERS_CONF=' | sed 's/^/export /')"
-[ -f "$CONTAINERS_CONF" ] || die "no $CONTAINERS_CONF: start the engines (scripts/engines.sh up)"
+TAG=$(sed -n 's/^PODMAN_TEST_IMAGE_TAG=.*:-"\([0-9]*\)".*/\1/p' "$SYS/helpers.bash")
+[ -n "$TAG" ] || die "no PODMAN_TEST_IMAGE_TAG in $SYS/helpers.bash"
+FQN=quay.io/libpod/testimage:$TAG
+
+# the engines' containers.conf (netns "none", the runtime "slurm"), with podman's default
+# limits for a rootful container (1048576 open files and processes) lowered to what podman's
+# own process has (the hard limits; processes also at most kernel.pid_max, as podman lowers
+# its own to that): a runtime that cannot raise them (no CAP_SYS_RESOURCE, as in a
+# container) fails every container with crun ("setrlimit RLIMIT_NOFILE: Operation not
+# permitted")
+NOFILE=$(ulimit -Hn)
+NPROC=$(ulimit -Hu)
+PID_MAX=$(cat /proc/sys/kernel/pid_max)
+if [ "$NPROC" = unlimited ] || [ "$NPROC" -gt "$PID_MAX" ]; then NPROC=$PID_MAX; fi
+[ "$NOFILE" != unlimited ] || NOFILE=1048576
+eval "$("$REPO/scripts/engines.sh" env | grep '^CONTAINERS_CONF=' | sed 's/^/ENGINES_/')"
+[ -f "$ENGINES_CONTAINERS_CONF" ] || die "no $ENGINES_CONTAINERS_CONF: start the engines (scripts/engines.sh up)"
+mkdir -p "$WORK/bin" "$WORK/results"
+grep -q '^\[containers\]' "$ENGINES_CONTAINERS_CONF" || die "$ENGINES_CONTAINERS_CONF has no [containers] table"
+sed "/^\[containers\]/a default_ulimits = [\"nofile=$NOFILE:$NOFILE\", \"nproc=$NPROC:$NPROC\"]" \
+    "$ENGINES_CONTAINERS_CONF" > "$WORK/containers.conf"
+export CONTAINERS_CONF=$WORK/containers.conf
 
 # ---------------------------------------------------------------------------------------
-# the store and the wrappers
-mkdir -p "$WORK/bin" "$WORK/results"
+# the store and the wrappers: `pull` of the test image loads the saved copy (the suite pulls
+# it again when a test removed or untagged it; no registry is used)
 STORE=(--root="$WORK/storage" --runroot="$WORK/run" --tmpdir="$WORK/tmp"
        --network-config-dir="$WORK/networks")
 for rt in $RUNTIMES; do
     cat > "$WORK/bin/podman-$rt.new" <<EOF
 #!/bin/sh
+if [ \$# = 2 ] && [ "\$1" = pull ] && [ "\$2" = "$FQN" ]; then
+    exec /usr/bin/podman ${STORE[*]} load -q -i "$WORK/testimage.tar"
+fi
 exec /usr/bin/podman ${STORE[*]} --runtime=$rt "\$@"
 EOF
     chmod 755 "$WORK/bin/podman-$rt.new"
@@ -133,7 +225,8 @@ sweep() {  # every container, pod, network and volume of the store
     "$PODMAN_ANY" volume prune --force >/dev/null 2>&1 || true
 }
 
-leftovers() {  # prints what the store still has
+sweep_and_list() {  # sweeps, then prints what the store still has
+    sweep
     local c p n
     c=$("$PODMAN_ANY" ps -a --external -q 2>/dev/null | wc -l)
     p=$("$PODMAN_ANY" pod ps -q 2>/dev/null | wc -l)
@@ -147,6 +240,18 @@ leftovers() {  # prints what the store still has
     return 0
 }
 
+locked() {  # CMD...: under flock on $LOCK when it is set
+    if [ -z "$LOCK" ]; then "$@"; return; fi
+    local rc=0
+    exec 7>>"$LOCK"
+    flock 7
+    # no child keeps the lock (conmon outlives podman): fd 7 is closed for them
+    "$@" 7>&- || rc=$?
+    flock -u 7
+    exec 7>&-
+    return "$rc"
+}
+
 BATS_PID=""
 # shellcheck disable=SC2317  # the trap's
 on_exit() {
@@ -158,6 +263,7 @@ on_exit() {
         kill -TERM -- -"$BATS_PID" 2>/dev/null
         wait "$BATS_PID" 2>/dev/null
     fi
+    # not under the lock: this may run while the lock is held (an interrupted file)
     sweep
     exit "$rc"
 }
@@ -165,9 +271,11 @@ trap on_exit EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-TAG=$(sed -n 's/^PODMAN_TEST_IMAGE_TAG=.*:-"\([0-9]*\)".*/\1/p' "$SYS/helpers.bash")
-[ -n "$TAG" ] || die "no PODMAN_TEST_IMAGE_TAG in $SYS/helpers.bash"
-"$REPO/tests/podman-systest/testimage.sh" "$PODMAN_ANY" "quay.io/libpod/testimage:$TAG" "$TAG"
+image() {  # the test image in the store, and its saved copy
+    "$REPO/tests/podman-systest/testimage.sh" "$PODMAN_ANY" "$FQN" "$TAG"
+    [ -s "$WORK/testimage.tar" ] && [ "$WORK/testimage.tar" -nt "$REPO/tests/podman-systest/testimage.sh" ] ||
+        { rm -f "$WORK/testimage.tar"; "$PODMAN_ANY" save -q -o "$WORK/testimage.tar" "$FQN"; }
+}
 
 # ---------------------------------------------------------------------------------------
 # the runs
@@ -175,6 +283,8 @@ run_file() {  # RUNTIME FILE: the bats file's TAP into results/RUNTIME/FILE.tap
     local rt=$1 f=$2 out=$WORK/results/$1/$2.tap t0 rc=0
     mkdir -p "$WORK/results/$rt"
     t0=$SECONDS
+    sweep
+    image
     # in a process group of its own (timeout), stdin closed, podman's TMPDIR in the work dir
     (cd "$SYS" && exec env PODMAN="$WORK/bin/podman-$rt" BATS_TMPDIR="$WORK/tmp-bats" \
         TMPDIR="$WORK/tmp-bats" timeout -k 30 "$FILE_TIMEOUT" bats --tap "$f.bats") \
@@ -187,89 +297,20 @@ run_file() {  # RUNTIME FILE: the bats file's TAP into results/RUNTIME/FILE.tap
     [ "$rc" != 124 ] || echo "not ok 0 $f.bats: stopped after ${FILE_TIMEOUT}s" >> "$out"
 }
 
+run_both() {  # FILE: the file with each runtime
+    local rt
+    for rt in $RUNTIMES; do run_file "$rt" "$1"; done
+}
+
 mkdir -p "$WORK/tmp-bats"
 rm -rf "$WORK/results"
-sweep
 t_all=$SECONDS
-for f in $FILES; do
-    for rt in $RUNTIMES; do
-        if [ -n "$LOCK" ]; then
-            exec 7>>"$LOCK"
-            flock 7
-            run_file "$rt" "$f"
-            flock -u 7
-            exec 7>&-
-        else
-            run_file "$rt" "$f"
-        fi
-    done
-done
-
-# ---------------------------------------------------------------------------------------
-# the results: "FILE<TAB>STATUS<TAB>NAME" per test, STATUS ok, fail or skip
-results() {  # RUNTIME
-    local f
-    for f in $FILES; do
-        awk -v f="$f.bats" '
-            /^1\.\.[0-9]+$/ {plan = substr($0, 4)}
-            /^(not )?ok [0-9]+ / {
-                st = ($1 == "not") ? "fail" : "ok"
-                line = $0
-                sub(/^(not )?ok [0-9]+ /, "", line)
-                if (line ~ / # [sS][kK][iI][pP]/) { st = "skip"; sub(/ # [sS][kK][iI][pP].*$/, "", line) }
-                n++
-                print f "\t" st "\t" line
-            }
-            END { if (plan == "" || n < plan) print f "\tfail\t(bats ran " n+0 " of " plan+0 " tests: see its TAP)" }
-        ' "$WORK/results/$1/$f.tap"
-    done
-}
-
-counts() {  # RUNTIME
-    results "$1" | awk -F'\t' '{c[$2]++} END {printf "%d passed, %d failed, %d skipped", c["ok"], c["fail"], c["skip"]}'
-}
-
-allowed() {  # FILE NAME: the allow-list's reason for the test, if any
-    awk -F' [|] ' -v f="$1" -v n="$2" '!/^#/ && NF >= 3 && $1 == f && $2 == n {print $3; exit}' "$ALLOW"
-}
-
+for f in $FILES; do locked run_both "$f"; done
 rc=0
-for rt in $RUNTIMES; do
-    log "$rt: $(counts "$rt") (files: $FILES)"
-done
+report || rc=1
 log "wall time of the bats runs: $((SECONDS - t_all)) s"
-if [[ " $RUNTIMES " == *" crun "* && " $RUNTIMES " == *" slurm "* ]]; then
-    declare -A CRUN
-    while IFS=$'\t' read -r f st name; do CRUN["$f	$name"]=$st; done < <(results crun)
-    n_bad=0 n_allowed=0
-    while IFS=$'\t' read -r f st name; do
-        if [ "${CRUN["$f	$name"]:-}" = ok ] && [ "$st" = fail ]; then
-            reason=$(allowed "$f" "$name")
-            if [ -n "$reason" ]; then
-                log "allowed: $f: $name (passes with crun, fails with scrun-py: $reason)"
-                n_allowed=$((n_allowed + 1))
-            else
-                log "FAILED: $f: $name (passes with crun, fails with scrun-py)"
-                n_bad=$((n_bad + 1))
-            fi
-        elif [ "${CRUN["$f	$name"]:-}" = ok ] && [ "$st" = skip ]; then
-            log "note: $f: $name passes with crun, is skipped with scrun-py"
-        elif [ "$st" = ok ] && [ -n "$(allowed "$f" "$name")" ]; then
-            log "note: $f: $name is on the allow-list but passes with scrun-py"
-        fi
-    done < <(results slurm)
-    log "scrun-py against crun: $n_bad failing only with scrun-py, $n_allowed allowed (tests/podman-systest/allow-list)"
-    [ "$n_bad" = 0 ] || rc=1
-fi
-# a bats file that did not run to its end fails the run
-for rt in $RUNTIMES; do
-    if results "$rt" | grep -q $'\t(bats ran'; then
-        log "a bats file did not run to its end with $rt (TAP in $WORK/results/$rt)"
-        rc=1
-    fi
-done
-sweep
-left=$(leftovers)
+
+left=$(locked sweep_and_list)
 if [ -n "$left" ]; then log "left behind: $left"; rc=1; fi
 log "TAP of each file and runtime: $WORK/results"
 exit "$rc"

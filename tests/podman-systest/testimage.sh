@@ -9,14 +9,19 @@
 #       PODMAN   the podman command (a wrapper naming the store)
 #       IMAGE    the name the tests use (quay.io/libpod/testimage:TAG)
 #       TAG      its tag (YYYYMMDD), written to /home/podman/testimage-id
-# Nothing is done when the store already has IMAGE.
+# Nothing is done when the store already has IMAGE made by this recipe (its label
+# org.scrun-py.recipe is the recipe's sha256); an IMAGE of another recipe is replaced.
 set -euo pipefail
 PODMAN=${1:?usage: $0 PODMAN IMAGE TAG}
 IMAGE=${2:?usage: $0 PODMAN IMAGE TAG}
 TAG=${3:?usage: $0 PODMAN IMAGE TAG}
 BUSYBOX=${BUSYBOX:-/bin/busybox}
 
-"$PODMAN" image exists "$IMAGE" && exit 0
+RECIPE=$(sha256sum "$0" | cut -c1-64)
+if "$PODMAN" image exists "$IMAGE"; then
+    [ "$("$PODMAN" image inspect -f '{{index .Labels "org.scrun-py.recipe"}}' "$IMAGE")" = "$RECIPE" ] && exit 0
+    "$PODMAN" rmi -f "$IMAGE" >/dev/null
+fi
 file "$BUSYBOX" 2>/dev/null | grep -q 'statically linked' || [ ! -x /usr/bin/file ] ||
     { echo "testimage: $BUSYBOX is not statically linked (install busybox-static)" >&2; exit 1; }
 
@@ -30,6 +35,18 @@ while read -r applet; do
     [ "$applet" = bin/busybox ] || ln -sf /bin/busybox "$root/$applet"
 done < <("$root/bin/busybox" --list-full)
 chmod 1777 "$root/tmp" "$root/var/tmp"
+# alpine's busybox has printenv, Debian's busybox-static does not
+cat > "$root/usr/bin/printenv" <<'EOF'
+#!/bin/sh
+# printenv [NAME...]
+[ $# -eq 0 ] && exec env
+rc=0
+for name; do
+    if eval "[ \"\${$name+set}\" = set ]"; then eval "printf '%s\\n' \"\$$name\""; else rc=1; fi
+done
+exit $rc
+EOF
+chmod 755 "$root/usr/bin/printenv"
 
 # alpine's users and groups (the tests use root, uid 100 and the group ping)
 cat > "$root/etc/passwd" <<'EOF'
@@ -88,11 +105,14 @@ done
 EOF
 chmod 755 "$root/home/podman/pause"
 
+# podman expects the root directory mode 555 (as the filesystem package of Fedora has it)
+chmod 555 "$root"
 tar -C "$root" --numeric-owner --owner=0 --group=0 -cf "$dir/rootfs.tar" .
 "$PODMAN" import -q \
     --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
     --change 'WORKDIR /home/podman' \
     --change 'LABEL created_by=test/system/build-testimage' \
+    --change "LABEL org.scrun-py.recipe=$RECIPE" \
     --change "LABEL created_at=${TAG:0:4}-${TAG:4:2}-${TAG:6:2}T00:00:00Z" \
     --change 'CMD ["/bin/echo", "This container is intended for podman CI testing"]' \
     "$dir/rootfs.tar" "$IMAGE" >/dev/null
