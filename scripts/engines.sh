@@ -3,9 +3,13 @@
 # scripts/cluster.sh (which must be up).  Root only; idempotent.
 #
 #   scripts/engines.sh up     write the engine configuration from docs/docker.md and
-#                             docs/podman.md, start a private dockerd, import a busybox
-#                             image into docker and into podman (root and the test user)
-#   scripts/engines.sh down   stop that dockerd (and its containerd)
+#                             docs/podman.md, start a private dockerd and a rootless
+#                             dockerd of the test user (rootlesskit, as Slurm's containers
+#                             guide sets docker up), import a busybox image into both
+#                             dockers and into podman (root and the test user)
+#   scripts/engines.sh down   stop both dockerds: the root one with its containerd, the
+#                             rootless one with its rootlesskit and every process in its
+#                             user namespace
 #   scripts/engines.sh down --all
 #                             also stop the pause process of the test user's rootless
 #                             podman
@@ -32,6 +36,16 @@ CONF=${SCRUN_TEST_ENGINE_CONF:-$ENG/conf}
 DOCKER=$STATE/docker
 DOCKER_SOCK=$DOCKER/docker.sock
 IMAGE=scrun-busybox
+# The rootless dockerd of the test user, one per cluster (each has its own slurm.conf):
+#   $RL_DIR/daemon.json              docs/docker.md's rootless blocks (root's files: the
+#   $RL_DIR/dockerd-rootless.env     daemon reads them, its user cannot change them)
+#   $RL_DIR/$TEST_USER/data          its data root: the login node's local disk, not /home
+#   $RL_DIR/$TEST_USER/rootlesskit   rootlesskit's state dir
+#   /run/user/UID/scrun-py-test/<cluster>/   its exec root, socket and pid file (the
+#                                    user's XDG_RUNTIME_DIR, as rootless dockerd's defaults)
+RL_DIR=$STATE/rootless-docker
+RL_USER_DIR=$RL_DIR/$TEST_USER
+ROOTLESS_SH=/usr/share/docker.io/contrib/dockerd-rootless.sh
 PODMAN_CONF=$ENG/podman/containers.conf
 
 log() { printf '[engines] %s\n' "$*" >&2; }
@@ -44,6 +58,12 @@ from_doc() {  # DOC TITLE DEST MODE
             -e "s#/usr/local/bin/scrun-py-slurm#$ENG/podman/scrun-py-slurm#g" > "$tmp"
     chmod "$4" "$tmp"
     mv "$tmp" "$3"
+}
+
+rl_run_dir() {  # the rootless dockerd's exec root, socket and pid file live here
+    local uid
+    uid=$(id -u "$TEST_USER" 2>/dev/null) || return 1
+    echo "/run/user/$uid/scrun-py-test/$(basename "$STATE")"
 }
 
 user_run() {  # run a command as the test user, the way the tests do
@@ -65,6 +85,9 @@ write_config() {
         install -m 644 "$REPO/lua/scrun-staging.lua" "$CONF/scrun.lua"
     fi
     from_doc docker.md daemon.json "$DOCKER/daemon.json" 644
+    install -d -m 755 "$RL_DIR"
+    from_doc docker.md rootless-daemon.json "$RL_DIR/daemon.json" 644
+    from_doc docker.md dockerd-rootless.env "$RL_DIR/dockerd-rootless.env" 644
     from_doc podman.md scrun-py-slurm "$ENG/podman/scrun-py-slurm" 755
     from_doc podman.md containers.conf "$PODMAN_CONF" 644
 }
@@ -119,6 +142,52 @@ docker_up() {
         kill -HUP "$(cat "$DOCKER/docker.pid")"
     fi
     docker image inspect "$IMAGE" >/dev/null 2>&1 || docker import "$ENG/busybox.tar" "$IMAGE" >/dev/null
+}
+
+rootless_docker_up() {
+    # Slurm's containers guide: rootless docker, one dockerd per user under rootlesskit,
+    # scrun-py its runtime, with the environment and daemon.json of docs/docker.md (the
+    # daemon shares the host's network, no port driver, no bridge, no iptables rules).
+    local uid run host rl_env
+    uid=$(id -u "$TEST_USER"); run=$(rl_run_dir); host=unix://$run/docker.sock
+    mapfile -t rl_env < <(grep -v '^[[:space:]]*\(#\|$\)' "$RL_DIR/dockerd-rootless.env")
+    install -d -o "$TEST_USER" -g "$TEST_USER" -m 700 "/run/user/$uid" \
+        "/run/user/$uid/scrun-py-test" "$run" "$RL_USER_DIR" "$RL_USER_DIR/data"
+    # PATH: the cluster's Slurm commands first (a built release's, as the root dockerd
+    # has); a daemon started with another PATH is restarted
+    local path
+    path=$(dirname "$(command -v salloc)"):/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin
+    if ! user_run env DOCKER_HOST="$host" docker version >/dev/null 2>&1 ||
+       [ "$(cat "$RL_DIR/dockerd.path" 2>/dev/null)" != "$path" ]; then
+        down_rootless
+        log "starting the rootless dockerd of $TEST_USER ($run)"
+        rm -rf "$RL_USER_DIR/rootlesskit" "$run/docker.pid" "$run/docker.sock"
+        install -d -o "$TEST_USER" -g "$TEST_USER" -m 700 "$RL_USER_DIR/rootlesskit"
+        # in a session of its own, as the test user with the environment user_run gives
+        # (setsid does not fork here: $! is the script's pid, then rootlesskit's)
+        local home
+        home=$(getent passwd "$TEST_USER" | cut -d: -f6)
+        echo "$path" > "$RL_DIR/dockerd.path"
+        (cd / && exec setsid setpriv --reuid="$uid" --regid="$(id -g "$TEST_USER")" \
+            --init-groups -- env -i HOME="$home" USER="$TEST_USER" LOGNAME="$TEST_USER" \
+            PATH="$path" XDG_RUNTIME_DIR="/run/user/$uid" \
+            "${rl_env[@]}" DOCKERD_ROOTLESS_ROOTLESSKIT_FLAGS="--state-dir=$RL_USER_DIR/rootlesskit" \
+            "$ROOTLESS_SH" --config-file "$RL_DIR/daemon.json" \
+            --data-root "$RL_USER_DIR/data" --exec-root "$run/docker" --host "$host" \
+            --pidfile "$run/docker.pid" </dev/null >"$RL_DIR/dockerd.log" 2>&1) &
+        echo $! > "$RL_DIR/rootlesskit.pid"
+        local i
+        for i in $(seq 1 300); do
+            user_run env DOCKER_HOST="$host" docker version >/dev/null 2>&1 && break
+            [ "$i" = 300 ] && { log "rootless dockerd did not start: $(tail -5 "$RL_DIR/dockerd.log")"; exit 1; }
+            sleep 0.1
+        done
+    else
+        # daemon.json may have changed: dockerd reloads "runtimes" on SIGHUP
+        kill -HUP "$(cat "$run/docker.pid")"
+    fi
+    user_run env DOCKER_HOST="$host" docker image inspect "$IMAGE" >/dev/null 2>&1 ||
+        user_run env DOCKER_HOST="$host" docker import "$ENG/busybox.tar" "$IMAGE" >/dev/null
 }
 
 podman_up() {
@@ -181,8 +250,17 @@ sweep() {
         log "removing rootless podman container $id of an earlier run"
         user_run podman rm -f "$id" >/dev/null 2>&1 || true
     done
+    local host
+    host=unix://$(rl_run_dir)/docker.sock
+    ids=$(user_run env DOCKER_HOST="$host" docker ps -aq 2>/dev/null || true)
+    # shellcheck disable=SC2086
+    [ -z "$ids" ] || { log "removing containers of an earlier run from the rootless dockerd"
+        user_run env DOCKER_HOST="$host" docker rm -f $ids >/dev/null 2>&1 || true; }
     # spool dirs no container owns any more: scrun-py ends whatever is left of them
     uid=$(id -u "$TEST_USER")
+    for id in "$(rl_run_dir)"/docker/runtime-runc/moby/*/; do
+        [ -d "$id" ] && user_run "$VENV/bin/scrun-py" --root "$(rl_run_dir)/docker/runtime-runc/moby" delete --force "$(basename "$id")" >/dev/null 2>&1 || true
+    done
     for id in /run/scrun/*/; do
         [ -d "$id" ] && "$VENV/bin/scrun-py" --root /run/scrun delete --force "$(basename "$id")" >/dev/null 2>&1 || true
     done
@@ -215,6 +293,45 @@ down() {
     shims=$(grep -lszxF -- "$DOCKER/exec/containerd/containerd.sock" /proc/[0-9]*/cmdline | cut -d/ -f3 || true)
     # shellcheck disable=SC2086
     stop "containerd shims" $shims
+    down_rootless
+}
+
+userns_pids() {  # NS: the live processes in user namespace NS (user:[inode])
+    local p
+    for p in /proc/[0-9]*; do
+        [ "$(readlink "$p/ns/user" 2>/dev/null)" = "$1" ] && running "${p#/proc/}" && echo "${p#/proc/}"
+    done
+    return 0
+}
+
+down_rootless() {  # [STATE]: the rootless dockerd of that cluster (default: this one's)
+    # the rootless dockerd stops its containers and its containerd; rootlesskit ends with
+    # it.  Whatever else still runs in rootlesskit's user namespace (the shims, an anchor
+    # a killed dockerd left) goes after; its mounts go with the namespace.
+    local state=${1:-$STATE} rl run kit dpid ns p left
+    rl=$state/rootless-docker
+    run=$(STATE=$state rl_run_dir) || return 0
+    kit=$(ours "$rl/rootlesskit.pid" "$rl/daemon.json")
+    dpid=$(ours "$run/docker.pid" "$run/docker.pid")
+    ns=""
+    for p in $dpid $(grep -lx "PPid:[[:space:]]*${kit:-none}" /proc/[0-9]*/status 2>/dev/null | cut -d/ -f3); do
+        ns=$(readlink "/proc/$p/ns/user" 2>/dev/null) && [ "$ns" != "$(readlink /proc/1/ns/user)" ] && break
+        ns=""
+    done
+    # shellcheck disable=SC2086
+    stop "rootless dockerd of $TEST_USER ($state)" $dpid
+    if [ -n "$ns" ]; then
+        # shellcheck disable=SC2046
+        stop "processes left in the rootless dockerd's namespace" $(userns_pids "$ns")
+    fi
+    # shellcheck disable=SC2086
+    stop "rootlesskit of $TEST_USER ($state)" $kit
+    rm -f "$rl/rootlesskit.pid"
+    left=""
+    [ -z "$ns" ] || left=$(userns_pids "$ns")
+    # its mounts were in its own mount namespace: none may show here
+    left+=$(grep -F -e " $rl/" -e " $run/" /proc/self/mountinfo | cut -d' ' -f5 || true)
+    [ -z "$left" ] || { log "left by the rootless dockerd of $TEST_USER: $left"; return 1; }
 }
 
 down_podman() {
@@ -232,21 +349,35 @@ case "${1:-up}" in
     up)
         command -v dockerd >/dev/null && command -v podman >/dev/null ||
             { log "docker.io and podman are not installed (scripts/cluster.sh up installs them)"; exit 1; }
+        # what rootless docker needs besides docker.io (Slurm's containers guide)
+        "$REPO/scripts/apt-install.sh" engines rootlesskit slirp4netns uidmap
         write_config
         rootfs_tar
         docker_up
+        rootless_docker_up
         podman_up
         sweep
-        log "engines up: DOCKER_HOST=unix://$DOCKER_SOCK CONTAINERS_CONF=$PODMAN_CONF image $IMAGE"
+        log "engines up: DOCKER_HOST=unix://$DOCKER_SOCK (rootless, $TEST_USER: unix://$(rl_run_dir)/docker.sock) CONTAINERS_CONF=$PODMAN_CONF image $IMAGE"
         ;;
     down)
         down
-        if [ "${2:-}" = --all ]; then down_podman; fi
+        if [ "${2:-}" = --all ]; then
+            # the rootless dockerds of every cluster, a cluster without slurm.conf too
+            for d in "$STATE" "$STATE"-*; do
+                [ -d "$d/rootless-docker" ] && { down_rootless "$d" || true; }
+            done
+            down_podman
+        fi
         ;;
     env)
         echo "DOCKER_HOST=unix://$DOCKER_SOCK"
         echo "CONTAINERS_CONF=$PODMAN_CONF"
         echo "SCRUN_TEST_IMAGE=$IMAGE"
+        if run=$(rl_run_dir); then
+            echo "SCRUN_TEST_ROOTLESS_DOCKER_HOST=unix://$run/docker.sock"
+            # the --root the rootless dockerd gives scrun-py
+            echo "SCRUN_TEST_ROOTLESS_DOCKER_ROOT=$run/docker/runtime-runc/moby"
+        fi
         ;;
     *) echo "usage: $0 up|down [--all]|env" >&2; exit 2 ;;
 esac
