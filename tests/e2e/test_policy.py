@@ -16,13 +16,14 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import STATE, Bundle, Env, leftovers
+from tests.e2e.conftest import STATE, Bundle, Env, User, leftovers, squeue
 from tests.e2e.test_engines import (  # noqa: F401 - fixtures
     Engine,
     _guarded,
     any_engine,
     engines_up,
 )
+from tests.e2e.test_rootless_docker import RootlessDocker, rootless_docker  # noqa: F401
 
 pytestmark = pytest.mark.e2e
 
@@ -127,6 +128,31 @@ REFUSALS: list[tuple[str, str, Callable[[dict[str, Any]], None], str]] = [
 ]
 
 
+class TestRootJobs:
+    def test_root_is_refused_and_the_user_runs(self, env: Env, conf_dir: Path) -> None:
+        """allow_root_jobs = false: `create` as root fails with one line naming the rule
+        and a JSON error record, and leaves no job; the ordinary user's container runs."""
+        (conf_dir / "scrun-py.toml").write_text("[policy]\nallow_root_jobs = false\n")
+        conf = conf_dir / "slurm.conf"
+        cid = f"root{uuid.uuid4().hex[:8]}"
+        jobs_before = set(squeue("-u", env.user.name, "-t", "all", "-o", "%i").split())
+        created = env.create(cid, env.bundle(["true"]), conf=conf)
+        if env.user.uid != 0:
+            assert 0 == created.rc, created.stderr()
+            assert 0 == env.run("start", cid, conf=conf).returncode
+            assert 0 == created.wait_exit()
+            assert 0 == env.run("delete", cid, conf=conf).returncode
+            assert [] == leftovers(env, cid)
+            return
+        message = ("refused by site policy rule allow_root_jobs: the container's job would "
+                   "run as root (uid 0); run containers through a rootless engine")
+        assert 0 != created.rc
+        assert [f"scrun-py: {message}"] == created.stderr().splitlines()
+        assert [message] == [r["msg"] for r in env.errors()], env.log_records()
+        assert [] == leftovers(env, cid)
+        assert set() == set(squeue("-u", "root", "-t", "all", "-o", "%i").split()) - jobs_before
+
+
 class TestRefusals:
     @pytest.mark.parametrize(("policy", "change", "message"),
                              [r[1:] for r in REFUSALS], ids=[r[0] for r in REFUSALS])
@@ -186,3 +212,19 @@ class TestPolicyThroughEngines:
         assert 0 != res.returncode
         assert "refused by site policy rule mount_sources: bind mount of /etc is not " \
                "allowed" in res.stderr, res.stderr
+
+    def test_root_dockerd_is_refused_rootless_docker_runs(
+            self, engines_up: None, rootless_docker: RootlessDocker) -> None:  # noqa: F811
+        """allow_root_jobs = false: the root dockerd's `docker run` fails with the rule's
+        line and leaves nothing; the user's rootless dockerd, with the same slurm.conf
+        and policy, runs the container as the user's job."""
+        with site_policy("[policy]\nallow_root_jobs = false\n"):
+            for root_docker in _guarded(Engine("docker", User.named("root"))):
+                res = root_docker.run("--rm", root_docker.image, "true", timeout=60)
+                assert 125 == res.returncode, res.stderr
+                assert ("OCI runtime create failed: refused by site policy rule "
+                        "allow_root_jobs: the container's job would run as root (uid 0); "
+                        "run containers through a rootless engine") in res.stderr
+            res = rootless_docker.run("--rm", rootless_docker.image, "sh", "-c",
+                                      "echo ran")
+        assert (0, "ran\n") == (res.returncode, res.stdout), res.stderr
