@@ -39,11 +39,29 @@ class TestSlurmConfOrigin:
         (Choice("/x/slurm.conf", conf_lookup.PREFIX, (), "/opt/s/bin/srun"),
          "the compiled-in default of /opt/s/bin/srun"),
     ])
-    def test_ok_says_how_it_was_found(self, tmp_path: Path, choice: Choice,
-                                      origin: str) -> None:
+    def test_ok_says_how_it_was_found(self, tmp_path: Path, choice: Choice, origin: str,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(layout, "CONFIGLESS_SLURM_CONF", str(tmp_path / "none.conf"))
         ctx = _ctx(tmp_path)
         ctx.choice = choice
         assert ("ok", f"{ctx.slurm_conf} ({origin})") == _said(slurm.slurm_conf_found(ctx))
+
+    def test_default_hides_a_configless_copy(self, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+        """A compiled-in default found while sackd's copy exists: a warning that the copy
+        is not read (Slurm's commands read the default too)."""
+        ctx = _ctx(tmp_path)
+        copy = tmp_path / "run" / "slurm.conf"
+        copy.parent.mkdir()
+        copy.write_text("")
+        monkeypatch.setattr(layout, "CONFIGLESS_SLURM_CONF", str(copy))
+        ctx.choice = Choice(str(ctx.slurm_conf), conf_lookup.DEFAULT)
+        check = slurm.slurm_conf_found(ctx)
+        assert ("warning", f"{ctx.slurm_conf} (the compiled-in default); the configless copy "
+                           f"{copy} is not read: this file comes first, for Slurm's commands "
+                           "too") == _said(check)
+        ctx.choice = Choice(str(ctx.slurm_conf), conf_lookup.ENV)
+        assert "ok" == slurm.slurm_conf_found(ctx).status  # named: the caller's choice
 
     def test_configless_copy(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         """sackd's copy: said to be the configless copy sackd wrote."""

@@ -9,6 +9,10 @@ from scrun_py.base.errors import ScrunError
 from scrun_py.commands.doctor.context import Context, within
 from scrun_py.commands.doctor.report import FAIL, OK, SKIP, WARN, Check
 
+TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
+if TYPE_CHECKING:
+    from scrun_py.base.conf_lookup import Choice
+
 
 def slurm_conf_found(ctx: Context) -> Check:
     """slurm.conf is a readable file, and how it was found (-f, SLURM_CONF, a
@@ -16,6 +20,12 @@ def slurm_conf_found(ctx: Context) -> Check:
     choice = ctx.choice
     if not ctx.conf_problem:
         origin = f" ({choice.origin()})" if choice is not None else ""
+        shadowed = shadowed_copy(choice)
+        if shadowed:
+            return Check("slurm.conf", WARN, f"{ctx.slurm_conf}{origin}; the configless "
+                         f"copy {shadowed} is not read: this file comes first, for Slurm's "
+                         "commands too",
+                         f"remove {ctx.slurm_conf} if this node is to be configless")
         return Check("slurm.conf", OK, f"{ctx.slurm_conf}{origin}")
     fix = ("pass -f /path/to/slurm.conf or set SLURM_CONF; the checks that need it are "
            "skipped until then")
@@ -27,6 +37,16 @@ def slurm_conf_found(ctx: Context) -> Check:
               else "SLURM_CONF" if os.environ.get("SLURM_CONF")
               else choice.origin() if choice is not None else "the default path")
     return Check("slurm.conf", FAIL, f"{ctx.conf_problem} (from {source})", fix)
+
+
+def shadowed_copy(choice: Choice | None) -> str:
+    """The configless copy a compiled-in default found first hides ('' if none)."""
+    from scrun_py.base import conf_lookup, layout
+
+    if choice is None or choice.rule not in (conf_lookup.PREFIX, conf_lookup.DEFAULT):
+        return ""
+    return layout.CONFIGLESS_SLURM_CONF if os.path.exists(layout.CONFIGLESS_SLURM_CONF) \
+        else ""
 
 
 def slurm_commands(ctx: Context) -> Check:
