@@ -849,8 +849,10 @@ class TestHooks:
                            "SLURM_TASKS_PER_NODE"]
         # scrun-py's job_env is salloc's environment: the caller's, the SLURM_* of
         # the allocation (with salloc's own SUBMIT/CLUSTER ones and the MPI launcher
-        # hints) and the SCRUN_* outputs
+        # hints) and the SCRUN_* outputs; SALLOC_CONTAINER_ID, the container id scrun-py
+        # gives salloc, and the SLURM_CONTAINER_ID salloc sets from it
         py_names = sorted({*(kv.partition("=")[0] for kv in scrun_env), *slurm_env_names,
+                           "SALLOC_CONTAINER_ID", "SLURM_CONTAINER_ID",
                            "SCRUN_PY_ON_ABANDON", "SCRUN_SOCKET", "SCRUN_VERSUS_TAG",
                            "SLURM_CLUSTER_NAME", "SLURM_CONF", "SLURM_SUBMIT_DIR",
                            "SLURM_SUBMIT_HOST", "HOME", "LANG", "LOGNAME", "PATH", "PWD",
