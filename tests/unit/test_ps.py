@@ -39,6 +39,8 @@ class World:
         self.srun("echo '[101,102]'")
         monkeypatch.setenv("PATH", f"{self.bin}:{os.environ['PATH']}")
         monkeypatch.setenv("SLURM_CONF", str(self.slurm_conf))
+        # the stand-in's pids are not processes of a job here: TestOfJobHere checks that
+        monkeypatch.setattr(ps, "of_job_here", lambda found, job_id: found)
 
     def srun(self, body: str) -> None:
         """The stand-in srun: records its arguments (NUL-separated) and its SLURM_CONF,
@@ -147,3 +149,32 @@ class TestParse:
     def test_render(self) -> None:
         assert "[]\n" == ps.render([], "json")
         assert json.loads(ps.render([3, 4], "json")) == [3, 4]
+
+
+class TestOfJobHere:
+    """ps prints a node pid only when the process with that pid here descends from a
+    slurmstepd of the container's job: never another login-node process."""
+
+    @staticmethod
+    def _proc(tmp_path: Path, table: dict[int, tuple[int, bytes]]) -> str:
+        for pid, (ppid, cmdline) in table.items():
+            (tmp_path / str(pid)).mkdir()
+            (tmp_path / str(pid) / "stat").write_bytes(
+                f"{pid} (x) S {ppid} 0 0".encode())
+            (tmp_path / str(pid) / "cmdline").write_bytes(cmdline)
+        return str(tmp_path)
+
+    def test_only_the_jobs_descendants(self, tmp_path: Path) -> None:
+        proc = self._proc(tmp_path, {
+            10: (1, b"slurmstepd: [42.0]"), 11: (10, b"crun\0run"), 12: (11, b"sleep\0060"),
+            20: (1, b"slurmstepd: [420.0]"), 21: (20, b"sleep"),  # job 420, not 42
+            30: (1, b"sshd"), 31: (30, b"bash"),  # a login-node process
+        })
+        assert [12, 11] == ps.of_job_here([12, 11, 21, 31, 99], 42, proc)
+
+    def test_none_here(self, tmp_path: Path) -> None:
+        assert [] == ps.of_job_here([101, 102], 42, str(tmp_path))
+
+    def test_a_loop_in_parents_ends(self, tmp_path: Path) -> None:
+        proc = self._proc(tmp_path, {5: (6, b"a"), 6: (5, b"b")})
+        assert [] == ps.of_job_here([5], 42, proc)
