@@ -133,11 +133,12 @@ def _tie_holder(lc: Lifecycle, holder: NsHolder | str) -> None:
     nothing was tried: `holder` is "")."""
     from scrun_py.anchor import signals
 
-    if isinstance(holder, str):
-        if holder:
+    if isinstance(holder, str) or not holder.settle():
+        problem = holder if isinstance(holder, str) else holder.problem
+        if problem:
             lc.container.log.warning(
                 "the container's pid is the anchor's, in the login node's namespaces: "
-                f"cannot make namespaces of its own: {holder}",
+                f"cannot make namespaces of its own: {problem}",
                 container_id=lc.container.record.id)
         return
     lc.container.set_pid(holder.pid)

@@ -75,13 +75,38 @@ RELEASE_WAIT_S = 2.0
 
 class NsHolder:
     """The holder as the anchor sees it: its pid (in the anchor's PID namespace) and the
-    anchor's ends of the two pipes."""
+    anchor's ends of the two pipes.  The middle process makes it while the anchor goes
+    on with its imports: `settle` waits for its report."""
 
-    def __init__(self, pid: int, code_write: int, events_read: int) -> None:
-        self.pid = pid
+    def __init__(self, middle: int, report_read: int, code_write: int,
+                 events_read: int) -> None:
+        self.pid = 0
+        self.problem = ""  # why there is no holder, once settled without one
+        self._middle = middle
+        self._report_read = report_read
         self._code_write = code_write
         self._events_read = events_read
         self.released = False
+
+    def settle(self) -> bool:
+        """Wait for the middle process's report: whether the holder runs (`pid`), else
+        `problem` says why (and nothing of it is left)."""
+        if self._report_read < 0:
+            return self.pid > 0
+        report = _read_all(self._report_read)
+        self._report_read = -1
+        try:
+            os.waitpid(self._middle, 0)
+        except ChildProcessError:
+            pass
+        pid, self.problem = parse_report(report)
+        if pid is None:
+            self.released = True
+            os.close(self._code_write)  # a holder that did start but failed ends at EOF
+            os.close(self._events_read)
+            return False
+        self.pid = pid
+        return True
 
     def watch(self, on_signal: Callable[[int], None], on_lost: Callable[[], None]) -> None:
         """Call `on_signal(N)` for each signal the holder relays and `on_lost()` once if
@@ -119,7 +144,7 @@ class NsHolder:
         """Tell the holder the container's exit code, and wait up to `wait_s` for it to
         exit with it (its end of the events pipe closes as it exits): whoever waits for
         the anchor (`run`, a failed create) finds the holder gone too."""
-        if self.released:
+        if not self.settle() or self.released:
             return
         self.released = True
         try:
@@ -154,7 +179,8 @@ def drain(fd: int, wait_s: float) -> None:
 
 
 def start(ready_fd: int = -1) -> NsHolder | str:
-    """Fork the holder; it, or why it could not be made (then nothing runs).
+    """Fork the middle process that makes the holder; the holder (`settle` it before
+    use), or why not even that fork was possible.
 
     `ready_fd`, create's readiness pipe, stays open in the holder until it exits (it
     never writes to it): a create that fails reads that pipe to its end, and so returns
@@ -177,17 +203,7 @@ def start(ready_fd: int = -1) -> NsHolder | str:
         _middle(code_read, events_write, report_write, ready_fd)
     for fd in (code_read, events_write, report_write):
         os.close(fd)
-    report = _read_all(report_read)
-    try:
-        os.waitpid(middle, 0)
-    except ChildProcessError:
-        pass
-    pid, problem = parse_report(report)
-    if pid is None:
-        os.close(code_write)  # a holder that did start but failed ends at this EOF
-        os.close(events_read)
-        return problem
-    return NsHolder(pid, code_write, events_read)
+    return NsHolder(middle, report_read, code_write, events_read)
 
 
 def parse_report(report: bytes) -> tuple[int | None, str]:

@@ -106,6 +106,22 @@ class TestTheContainersPid:
         finally:
             podman.rm_force(name)
 
+    def test_docker_top_lists_only_the_containers_processes(self, engines_up: None) -> None:  # noqa: F811
+        """`docker top` (the runtime's `ps`, looked up in the login node's `ps -ef`)
+        lists the container's `sleep` and nothing else of the machine: the node of the
+        test cluster is this machine, so its pids name the same processes here."""
+        for eng in _guarded(Engine("docker", User.named("root"))):
+            name = _name("dtop")
+            try:
+                _running(eng, name, "sleep", "123")
+                res = eng("top", name)
+                assert 0 == res.returncode, res.stderr
+                rows = res.stdout.splitlines()[1:]
+                assert rows, res.stdout
+                assert all(row.endswith("sleep 123") for row in rows), res.stdout
+            finally:
+                eng.rm_force(name)
+
     def test_a_signal_sent_to_the_pid_reaches_the_container(self, engine: Engine) -> None:
         """USR1 and TERM sent straight to the pid (as conmon relays its own) are
         delivered to the container's process, as `kill` would; its exit code is the

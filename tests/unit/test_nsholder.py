@@ -30,8 +30,9 @@ import ctypes, json, os, signal, sys, time
 ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)
 from scrun_py.anchor import nsholder
 holder = nsholder.start()
-if isinstance(holder, str):
-    print(json.dumps({"error": holder})); sys.exit(0)
+if isinstance(holder, str) or not holder.settle():
+    print(json.dumps({"error": holder if isinstance(holder, str) else holder.problem}))
+    sys.exit(0)
 seen, lost = [], []
 holder.watch(seen.append, lambda: lost.append(True))
 st = open(f"/proc/{holder.pid}/status").read()
@@ -148,7 +149,9 @@ def test_unshare_refused_is_a_reason_not_a_holder(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(ctypes, "CDLL", lambda *a, **k: _Refusing())
     before = set(os.listdir("/proc"))
     got = nsholder.start()
-    assert "unshare: Operation not permitted" == got
+    assert not isinstance(got, str)
+    assert (False, "unshare: Operation not permitted") == (got.settle(), got.problem)
+    got.release(0)  # nothing to tell: no holder runs
     time.sleep(0.1)
     assert not [p for p in set(os.listdir("/proc")) - before
                 if p.isdigit() and _parent(p) == os.getpid()]
