@@ -131,7 +131,9 @@ class TestBadCreate:
         assert "container with given ID already exists" in res.stderr
         assert "created" == env.state("dup")["status"]
         assert record == (env.root / "dup" / "state.json").read_bytes()
-        assert [first.pid] == anchor_processes(env)
+        # the first container's anchor and its pid (the namespace holder), nothing more
+        assert sorted([json.loads(record)["anchor_pid"], first.pid]) == sorted(
+            anchor_processes(env))
         assert jobs == _jobs_from_work(env)
         assert "RUNNING" == squeue("-j", str(job), "-o", "%T").strip()
         assert 0 == run_in_work(env, "delete", "dup").returncode

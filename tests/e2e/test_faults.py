@@ -3,6 +3,7 @@ slurmctld down.  Every case ends with no job, anchor, socket or spool dir left."
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import STATE, Env, leftovers, slurm_env, squeue
+from tests.e2e.conftest import STATE, Env, leftovers, slurm_env, squeue, wait_anchor
 
 pytestmark = pytest.mark.e2e
 
@@ -50,6 +51,11 @@ def _running(env: Env, cid: str, conf: Path | None = None) -> tuple[object, int]
     return created, created.job_id()
 
 
+def _anchor_pid(env: Env, cid: str) -> int:
+    """The anchor's pid (the record's; the pid file names the container's pid)."""
+    return int(json.loads((env.root / cid / "state.json").read_text())["anchor_pid"])
+
+
 class TestAnchorFaults:
     @pytest.mark.case("F-03")
     def test_anchor_sigkill(self, env: Env) -> None:
@@ -59,8 +65,11 @@ class TestAnchorFaults:
         # the anchor writes on-abandon.sh once the step runs; killing it earlier leaves
         # only scancel, which Slurm 22.05 cannot apply cleanly to a container step
         _wait((env.root / "ak" / "on-abandon.sh").exists, 30)
-        os.kill(created.pid, signal.SIGKILL)  # type: ignore[attr-defined]
-        assert -signal.SIGKILL == created.wait_exit()  # type: ignore[attr-defined]
+        anchor = _anchor_pid(env, "ak")
+        os.kill(anchor, signal.SIGKILL)
+        assert -signal.SIGKILL == wait_anchor(anchor)
+        # the container's pid (the namespace holder) exits 137 when its anchor is killed
+        assert 137 == created.wait_exit()  # type: ignore[attr-defined]
         assert "stopped" == env.state("ak")["status"]
         _wait(lambda: not _job_running(job), 60)
         assert 0 == env.run("delete", "--force", "ak").returncode
@@ -76,9 +85,11 @@ class TestAnchorFaults:
         env.chown(out)
         (conf_dir / "scrun.lua").write_text(STAGE_OUT_MARK % repr(str(out)).replace("'", '"'))
         created, job = _running(env, "as", conf=conf_dir / "slurm.conf")
-        os.kill(created.pid, sig)  # type: ignore[attr-defined]
-        rc = created.wait_exit(timeout=60)  # type: ignore[attr-defined]
+        anchor = _anchor_pid(env, "as")
+        os.kill(anchor, sig)
+        rc = wait_anchor(anchor, timeout=60)
         assert rc != 0
+        assert rc == created.wait_exit()  # type: ignore[attr-defined]  # the reported pid's
         assert str(job) == (out / "stage_out.as").read_text()
         # the anchor has ended the job; under load Slurm may still list it COMPLETING
         _wait(lambda: not _job_running(job), 30)
