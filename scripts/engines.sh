@@ -23,6 +23,13 @@
 #                                     lua/scrun-staging.lua, as the docs say)
 #   /usr/local/bin/scrun-py-slurm  -> $STATE/engines/podman/scrun-py-slurm
 set -euo pipefail
+# The descriptors the caller left open (the lock of `flock FILE scripts/engines.sh up`) are
+# closed: dockerd and containerd would inherit them and hold that lock as long as they live
+for _fd in /proc/$$/fd/*; do
+    _fd=${_fd##*/}
+    case "$_fd" in 0|1|2|255) ;; *) eval "exec $_fd>&-" 2>/dev/null || true ;; esac
+done
+unset _fd
 
 STATE=${SCRUN_TEST_STATE:-/var/lib/scrun-py-test}
 TEST_USER=${SCRUN_TEST_USER:-scruntest}
