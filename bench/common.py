@@ -162,6 +162,18 @@ def create_bounded(base: list[str], env: dict[str, str], bundle: Path, pid_file:
     return int(pid_file.read_text())
 
 
+def anchor_of(base: list[str], cid: str, reported: int) -> int:
+    """The anchor behind the pid `create` reported: scrun-py reports its container's pid
+    process (anchor/nsholder.py) and keeps the anchor's in the record under --root;
+    Slurm's scrun reports its anchor."""
+    root = base[base.index("--root") + 1] if "--root" in base else ""
+    try:
+        record = json.loads(Path(root, cid, "state.json").read_text())
+        return int(record.get("anchor_pid") or reported)
+    except (OSError, ValueError, TypeError):
+        return reported
+
+
 def end_container(cid: str, env: dict[str, str]) -> None:
     """After a hang: kill what Slurm's scrun left for this container id (its processes
     carry the title `scrun: <id>`) and cancel its job (the job's ContainerID)."""

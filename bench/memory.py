@@ -8,7 +8,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from bench.common import HANG_S, call, create_bounded
+from bench.common import HANG_S, anchor_of, call, create_bounded
 
 
 def rss_kb(pid: int) -> int:
@@ -41,7 +41,8 @@ def memory(env: dict[str, str], base: list[str], work: Path, count: int,
     try:
         for i in range(count):
             cid = f"{prefix}{i}"
-            pids[cid] = create_bounded(base, env, work / "sleep", work / f"{cid}.pid", cid)
+            reported = create_bounded(base, env, work / "sleep", work / f"{cid}.pid", cid)
+            pids[cid] = anchor_of(base, cid, reported)  # the anchor, not the pid process
             call([*base, "start", cid], env)
         time.sleep(1)
         hwm = [rss_kb(pid) for pid in pids.values()]

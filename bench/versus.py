@@ -26,6 +26,7 @@ from bench.common import (
     VENV,
     Ctx,
     Hang,
+    anchor_of,
     as_user,
     call,
     create_bounded,
@@ -175,7 +176,10 @@ class _Site:
             samples, hangs = guarded(one_state, self.ctx.n * 3, partial(str, cid), self.end)
             time.sleep(1)
             state = {**summary(samples), "hangs": hangs}
-            rss = {"rss_mb": round(rss_kb(anchor) / 1024, 1), "hangs": 0}
+            real = anchor_of(self.base(who), cid, anchor)
+            rss = {"rss_mb": round(rss_kb(real) / 1024, 1), "hangs": 0}
+            if real != anchor:  # scrun-py's container pid process, beside its anchor
+                rss["pid_process_rss_mb"] = round(rss_kb(anchor) / 1024, 1)
             call([*self.base(who), "delete", "--force", cid], env)
             wait_gone(anchor, f"anchor {cid}")
         except Hang:
