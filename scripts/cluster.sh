@@ -68,7 +68,7 @@ while [ $# -gt 0 ]; do
         --nodes) NODES=${2:?--nodes needs a number}; shift 2 ;;
         --nodes=*) NODES=${1#--nodes=}; shift ;;
         --all) [ "$CMD" = down ] || { echo "cluster.sh: --all is for down" >&2; exit 2; }; ALL=1; shift ;;
-        *) echo "usage: $0 up|down [--all]|env|releases|crash NODE [--slurm RELEASE] [--nodes N]" >&2; exit 2 ;;
+        *) echo "usage: $0 up|down [--all]|env|releases|reconfigure|crash NODE [--slurm RELEASE] [--nodes N]" >&2; exit 2 ;;
     esac
 done
 case "$NODES" in ''|*[!0-9]*|0) echo "cluster.sh: --nodes needs a positive number" >&2; exit 2 ;; esac
@@ -761,11 +761,27 @@ case "$CMD" in
         ;;
     down) down ;;
     crash) crash "$NODE_ARG" ;;
+    reconfigure)
+        # the controller's files changed (a new scrun.lua beside its slurm.conf): slurmctld
+        # and the nodes read them again, and the login node's sackd fetches them anew (its
+        # registration does not outlive slurmctld's restart on reconfigure, so no push
+        # reaches it)
+        SLURM_CONF=$STATE/slurm.conf scontrol reconfigure
+        if [ "$SITE" = 1 ]; then
+            # shellcheck disable=SC2046
+            stop "sackd of $CLUSTER_NAME" $(sackd_pid)
+            rm -rf /run/slurm/conf
+            start_sackd
+        fi
+        ;;
     env)
         # the site cluster's login node is configless: no SLURM_CONF, as at a site
         if [ "$SITE" = 1 ]; then
             echo "SCRUN_TEST_SITE=1"
             echo "SCRUN_TEST_SCRATCH=$SCRATCH"
+            # scripts/engines.sh (run by the engine tests too): the engines' scrun-py reads
+            # the login node's configuration, sackd's copies
+            echo "SCRUN_TEST_ENGINE_CONF=/run/slurm/conf"
         else
             echo "SLURM_CONF=$STATE/slurm.conf"
         fi
@@ -784,5 +800,5 @@ case "$CMD" in
             echo "SCRUN_TEST_PYSLURM=0"
         fi
         ;;
-    *) echo "usage: $0 up|down [--all]|env|releases [--slurm RELEASE]" >&2; exit 2 ;;
+    *) echo "usage: $0 up|down [--all]|env|releases|reconfigure [--slurm RELEASE] [--nodes N]" >&2; exit 2 ;;
 esac

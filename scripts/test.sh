@@ -21,6 +21,9 @@
 # release, the multi-node tests (tests/e2e/test_multinode.py) then run against that
 # release's 3-node cluster
 # (scripts/cluster.sh up --slurm R --nodes 3), with the pytest args that are not paths.
+# On 23.11 and later that cluster is the site topology (docs/site.md: a configless login
+# node with sackd, nodes that share only /home and /shared/scratch with it), and its run
+# adds tests/e2e/test_site.py; 22.05's nodes share the machine's filesystem.
 # Once a release's tests are done, its clusters are stopped (scripts/cluster.sh down).
 #
 # The run stops what it started at its end, on success, on failure and on Ctrl-C or
@@ -64,6 +67,9 @@ RELEASE_SUITE=(tests/e2e/test_lifecycle.py tests/e2e/test_engines.py tests/e2e/t
                tests/e2e/test_backend_choice.py)
 
 MULTINODE=tests/e2e/test_multinode.py
+# on a release with sackd (23.11+) the multi-node cluster is the site topology
+# (docs/site.md): its run adds the site tests
+SITE_SUITE=(tests/e2e/test_site.py)
 # the releases that get the whole suite besides the packaged one: the release whose scrun(1)
 # scrun-py implements
 read -r -a FULL_SUITE_RELEASES <<<"${SCRUN_FULL_SUITE_RELEASES:-26.05}"
@@ -108,8 +114,16 @@ run_multinode_on() {  # RELEASE [pytest args...]: the release's 3-node cluster
     "$REPO/scripts/cluster.sh" up --slurm "$rel" --nodes 3
     (
         eval "$("$REPO/scripts/cluster.sh" env --slurm "$rel" --nodes 3 | sed 's/^/export /')"
-        echo "[test] Slurm $rel, 3 nodes: pytest ${opts[*]} $MULTINODE" >&2
-        exec_pytest "${opts[@]}" "$MULTINODE"
+        local tests=("$MULTINODE")
+        if [ "${SCRUN_TEST_SITE:-0}" = 1 ]; then
+            tests+=("${SITE_SUITE[@]}")
+            # the bundles the tests make go to the shared scratch (tests/e2e/conftest.py),
+            # and so does pytest's own tmp_path
+            opts+=("--basetemp=$SCRUN_TEST_SCRATCH/scrun-py-pytest-$$")
+            echo "[test] Slurm $rel, site topology of 3 nodes (configless login node)" >&2
+        fi
+        echo "[test] Slurm $rel, 3 nodes: pytest ${opts[*]} ${tests[*]}" >&2
+        exec_pytest "${opts[@]}" "${tests[@]}"
     ) <&0 &
     FG=$!
     wait_fg

@@ -24,11 +24,17 @@ from pathlib import Path
 import pytest
 
 STATE = Path(os.environ.get("SCRUN_TEST_STATE", "/var/lib/scrun-py-test"))
+# the controller's slurm.conf; on the site cluster (SCRUN_TEST_SITE=1, scripts/cluster.sh
+# up --nodes N on 23.11+) the login node has none: its clients are configless (sackd)
 SLURM_CONF = STATE / "slurm.conf"
+SITE = os.environ.get("SCRUN_TEST_SITE") == "1"
+SCRATCH = Path(os.environ.get("SCRUN_TEST_SCRATCH", "/shared/scratch"))
 TEST_USER = os.environ.get("SCRUN_TEST_USER", "scruntest")
 VENV = Path(os.environ.get("SCRUN_TEST_VENV", "/opt/scrun-py/venv"))
 SCRUN = VENV / "bin" / "scrun-py"
-BASE = Path("/tmp/scrun-py-e2e")
+# the tests' bundles and work dirs: on the site cluster, where the nodes see them (the
+# scratch the login node and the nodes share; the login node's /tmp is its own)
+BASE = SCRATCH / "scrun-py-e2e" if SITE else Path("/tmp/scrun-py-e2e")
 # the Slurm release under test (scripts/cluster.sh env --slurm R): the machine's packaged
 # Slurm has no prefix; a built release lives in /opt/slurm/R
 SLURM_RELEASE = os.environ.get("SCRUN_TEST_SLURM", "")
@@ -64,8 +70,9 @@ def _cluster_problem() -> str | None:
 
 
 def slurm_env(**extra: str) -> dict[str, str]:
-    env = {"PATH": SLURM_PATH, "SLURM_CONF": str(SLURM_CONF),
-           "LANG": "C.UTF-8"}
+    env = {"PATH": SLURM_PATH, "LANG": "C.UTF-8"}
+    if not SITE:
+        env["SLURM_CONF"] = str(SLURM_CONF)
     # the Slurm backend the suite runs on (scripts/test.sh: pyslurm where it is installed)
     backend = os.environ.get("SCRUN_PY_SLURM_BACKEND")
     if backend:

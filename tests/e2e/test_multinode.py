@@ -24,6 +24,7 @@ import pytest
 from tests.e2e import test_engines as engines
 from tests.e2e.conftest import (
     REPO_ROOT,
+    SCRATCH,
     TEST_USER,
     Bundle,
     Created,
@@ -66,6 +67,17 @@ def nodes(cluster: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def release(nodes: list[str]) -> tuple[int, int]:
     return slurm_release()
+
+
+def on_scratch(lua: str) -> str:
+    """lua/scrun-staging.lua's text with STAGING_BASE and CACHE_BASE on the shared scratch
+    (scripts/cluster.sh makes it for the multi-node clusters), as a site sets them."""
+    out = re.sub(r'(?m)^local STAGING_BASE = .*$',
+                 f'local STAGING_BASE = "{SCRATCH}/%u/scrun-staging"', lua)
+    out = re.sub(r'(?m)^local CACHE_BASE = .*$', f'local CACHE_BASE = "{SCRATCH}/%u/scrun-cache"',
+                 out)
+    assert out.count(str(SCRATCH)) == 2
+    return out
 
 
 def _bundle(env: Env, script: str, name: str = "bundle", pid_ns: bool = True) -> Bundle:
@@ -554,11 +566,12 @@ class TestHooks:
 
     def test_shipped_staging_script_on_a_shared_path(self, user_env: Env, conf_dir: Path,
                                                      nodes: list[str]) -> None:
-        """lua/scrun-staging.lua with a 3-node job: the copy is made once, on the
-        allocating host, so every node runs it only because the staging path is shared
-        (here every node sees this machine's /tmp); each task sees the staged rootfs."""
+        """lua/scrun-staging.lua with a 3-node job and its bases on the shared scratch,
+        as a site sets them: the copy is made once, on the allocating host, and every node
+        runs it from the shared path; each task sees the staged rootfs."""
         env = user_env
-        shutil.copy(REPO_ROOT / "lua" / "scrun-staging.lua", conf_dir / "scrun.lua")
+        (conf_dir / "scrun.lua").write_text(on_scratch(
+            (REPO_ROOT / "lua" / "scrun-staging.lua").read_text()))
         bundle = _bundle(env, 'cat /marker; echo "on $(hostname)"')
         (bundle.path / "rootfs" / "marker").write_text("staged rootfs\n")
         env.chown(bundle.path)
@@ -572,9 +585,29 @@ class TestHooks:
         assert 0 == created.wait_exit(), created.stderr()
         assert {r: ["staged rootfs", f"on {n}"] for r, n in enumerate(NODES)} == labelled(
             created.stdout())
+        assert staged.startswith(f"{SCRATCH}/{env.user.uid}/scrun-staging/"), staged
         assert not Path(staged).exists()
         assert 0 == env.run("delete", "stg", conf=conf_dir / "slurm.conf").returncode
         assert [] == nothing_left(env, "stg", job)
+
+    def test_shipped_staging_script_refuses_a_node_local_base(self, user_env: Env,
+                                                              conf_dir: Path,
+                                                              nodes: list[str]) -> None:
+        """lua/scrun-staging.lua as shipped, with a 3-node job: its STAGING_BASE on this
+        machine's /tmp is refused with one line naming the setting and the job's nodes
+        (at a site the nodes cannot see it); create fails and leaves nothing."""
+        env = user_env
+        shutil.copy(REPO_ROOT / "lua" / "scrun-staging.lua", conf_dir / "scrun.lua")
+        bundle = _bundle(env, "true")
+        created = env.create("stgno", bundle, conf=conf_dir / "slurm.conf",
+                             env=env.user.env(SCRUN_JOB_NUM_NODES="3"))
+        assert 0 != created.rc
+        assert "Traceback" not in created.stderr()
+        msgs = [str(r["msg"]) for r in env.errors()]
+        assert any(re.search(r"STAGING_BASE /tmp/scrun-staging-%u is on this machine's own "
+                             r"disk, which the job's nodes \(n\[1-3\]\) do not see", m)
+                   for m in msgs), msgs
+        assert [] == traces(env)
 
 
 @pytest.fixture(params=["docker", "podman-root", "podman-rootless"])
