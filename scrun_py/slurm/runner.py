@@ -40,13 +40,17 @@ def start_dir(opts: Sequence[str] = ()) -> str | None:
     rootless engine runs us there (rootless docker under rootlesskit, rootless podman):
     the mount namespace is the engine's own, and a path taken from it (rootlesskit's
     private copy of /run, /run/.ro…/user/UID/docker/…) need not exist for slurmd.  Then
-    FALLBACK_DIR.  The container's process never starts here: its working directory is
-    config.json's process.cwd, inside the container."""
+    FALLBACK_DIR.  So too when the caller's directory is an OCI bundle (it holds a
+    config.json): an engine runs its runtime in the bundle it made, in its storage on
+    the login node's own disk, which a compute node does not have (dockerd's containerd
+    does; on 24.11 and later the step then fails).  The container's process never starts
+    here: its working directory is config.json's process.cwd, inside the container."""
     chdir = next((o.partition("=")[2] for o in opts if o.startswith("--chdir=")), "")
     if chdir and os.path.isdir(chdir):
         return chdir
     try:
-        usable = os.access(os.getcwd(), os.X_OK)
+        cwd = os.getcwd()
+        usable = os.access(cwd, os.X_OK) and not os.path.isfile(os.path.join(cwd, "config.json"))
     except OSError:  # the caller's directory was removed
         usable = False
     return None if usable and not procs.in_user_namespace() else FALLBACK_DIR

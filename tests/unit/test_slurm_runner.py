@@ -52,6 +52,16 @@ class TestStartDir:
         monkeypatch.setattr(os, "access", lambda path, mode: False)
         assert "/tmp" == runner.start_dir([])
 
+    def test_an_engines_bundle_becomes_tmp(self, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+        """An engine runs its runtime in the bundle it made (dockerd's containerd): a
+        directory of the login node's own disk, which a compute node does not have."""
+        (tmp_path / "config.json").write_text("{}")
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.setattr(procs, "in_user_namespace", lambda: False)
+        assert "/tmp" == runner.start_dir(["-N1"])
+        assert str(tmp_path) == runner.start_dir([f"--chdir={tmp_path}"])
+
     def test_removed_directory_becomes_tmp(self, tmp_path: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
         gone = tmp_path / "gone"
