@@ -15,9 +15,11 @@
 # - podman: rootful, with the engines' containers.conf (scripts/engines.sh: netns "none",
 #   the runtime "slurm" = scrun-py with the cluster's slurm.conf and the staging script),
 #   in a store of its own (--root, --runroot, --tmpdir, --network-config-dir under
-#   $SCRUN_TEST_STATE/podman-systest): the suite removes every container, pod, network and
-#   image but its own in that store, and must not touch the machine's.  The suite calls
-#   $PODMAN, a wrapper that adds those options and `--runtime crun` or `--runtime slurm`.
+#   $SCRUN_TEST_STATE/podman-systest; CONTAINERS_STORAGE_CONF names it for buildah): the
+#   suite removes every container, pod, network and image but its own in that store, and
+#   must not touch the machine's.  The suite calls $PODMAN, a wrapper that adds those
+#   options and `--runtime crun` or `--runtime slurm`; the suite's containers.conf is the
+#   engines' with podman's default rlimits lowered (below).
 # - the image: tests/podman-systest/testimage.sh, imported as quay.io/libpod/testimage:TAG
 #   (the tag of the release's helpers.bash); no registry is used.
 #
@@ -199,6 +201,10 @@ grep -q '^\[containers\]' "$ENGINES_CONTAINERS_CONF" || die "$ENGINES_CONTAINERS
 sed "/^\[containers\]/a default_ulimits = [\"nofile=$NOFILE:$NOFILE\", \"nproc=$NPROC:$NPROC\"]" \
     "$ENGINES_CONTAINERS_CONF" > "$WORK/containers.conf"
 export CONTAINERS_CONF=$WORK/containers.conf
+# the store, also for the tools the suite runs beside podman (buildah from)
+printf '[storage]\ndriver = "overlay"\ngraphroot = "%s"\nrunroot = "%s"\n' \
+    "$WORK/storage" "$WORK/run" > "$WORK/storage.conf"
+export CONTAINERS_STORAGE_CONF=$WORK/storage.conf
 
 # ---------------------------------------------------------------------------------------
 # the store and the wrappers: `pull` of the test image loads the saved copy (the suite pulls
