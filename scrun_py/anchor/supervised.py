@@ -220,9 +220,9 @@ class SupervisedContainer:
         self.pty_master = self.pty_slave = None
 
     def set_pid(self, pid: int) -> None:
-        """Report `pid` as the container's (the namespace holder's); saved."""
+        """Report `pid` as the container's (the namespace holder's); saved with the
+        record's first write (create's)."""
         self.pid = self.record.pid = pid
-        self.save()
 
     def write_pid_file(self) -> None:
         if self.spec.pid_file:
