@@ -15,7 +15,7 @@
 # - podman: rootful, with the engines' containers.conf (scripts/engines.sh: netns "none",
 #   the runtime "slurm" = scrun-py with the cluster's slurm.conf and the staging script),
 #   in a store of its own (--root, --runroot, --tmpdir, --network-config-dir under
-#   $SCRUN_TEST_STATE/podman-systest; CONTAINERS_STORAGE_CONF names it for buildah): the
+#   $SCRUN_TEST_STATE/podman-systest; buildah is a wrapper with the same store): the
 #   suite removes every container, pod, network and image but its own in that store, and
 #   must not touch the machine's.  The suite calls $PODMAN, a wrapper that adds those
 #   options and `--runtime crun` or `--runtime slurm`; the suite's containers.conf is the
@@ -201,10 +201,6 @@ grep -q '^\[containers\]' "$ENGINES_CONTAINERS_CONF" || die "$ENGINES_CONTAINERS
 sed "/^\[containers\]/a default_ulimits = [\"nofile=$NOFILE:$NOFILE\", \"nproc=$NPROC:$NPROC\"]" \
     "$ENGINES_CONTAINERS_CONF" > "$WORK/containers.conf"
 export CONTAINERS_CONF=$WORK/containers.conf
-# the store, also for the tools the suite runs beside podman (buildah from)
-printf '[storage]\ndriver = "overlay"\ngraphroot = "%s"\nrunroot = "%s"\n' \
-    "$WORK/storage" "$WORK/run" > "$WORK/storage.conf"
-export CONTAINERS_STORAGE_CONF=$WORK/storage.conf
 
 # ---------------------------------------------------------------------------------------
 # the store and the wrappers: `pull` of the test image loads the saved copy (the suite pulls
@@ -223,6 +219,14 @@ EOF
     mv "$WORK/bin/podman-$rt.new" "$WORK/bin/podman-$rt"
 done
 PODMAN_ANY=$WORK/bin/podman-${RUNTIMES%% *}
+# buildah, which the suite runs beside podman (055-rm's external container), on the same
+# store: first in the suite's PATH
+cat > "$WORK/bin/buildah.new" <<EOF
+#!/bin/sh
+exec /usr/bin/buildah --root="$WORK/storage" --runroot="$WORK/run" "\$@"
+EOF
+chmod 755 "$WORK/bin/buildah.new"
+mv "$WORK/bin/buildah.new" "$WORK/bin/buildah"
 
 sweep() {  # every container, pod, network and volume of the store
     "$PODMAN_ANY" pod rm -t 0 --all --force --ignore >/dev/null 2>&1 || true
@@ -292,8 +296,8 @@ run_file() {  # RUNTIME FILE: the bats file's TAP into results/RUNTIME/FILE.tap
     sweep
     image
     # in a process group of its own (timeout), stdin closed, podman's TMPDIR in the work dir
-    (cd "$SYS" && exec env PODMAN="$WORK/bin/podman-$rt" BATS_TMPDIR="$WORK/tmp-bats" \
-        TMPDIR="$WORK/tmp-bats" timeout -k 30 "$FILE_TIMEOUT" bats --tap "$f.bats") \
+    (cd "$SYS" && exec env PODMAN="$WORK/bin/podman-$rt" PATH="$WORK/bin:$PATH" \
+        BATS_TMPDIR="$WORK/tmp-bats" TMPDIR="$WORK/tmp-bats" timeout -k 30 "$FILE_TIMEOUT" bats --tap "$f.bats") \
         </dev/null >"$out" 2>&1 &
     BATS_PID=$!
     wait "$BATS_PID" || rc=$?
