@@ -450,6 +450,8 @@ start_site_node() {  # NODE MUNGE_DIR
              "$STATE_BASE"*/rootless-docker; do
         [ -d "$d" ] && hide+=("$d")
     done
+    # -N: the node's name before its configuration is fetched, so that the spool dir's %n
+    # (and its conf-cache, which "scontrol reconfigure" rewrites) is the node's own;
     # -L: the log file SlurmdLogFile names (%n), and this state dir on the command line
     # (pid_alive)
     unshare --uts --mount --propagation private -- /bin/sh -c '
@@ -463,7 +465,7 @@ start_site_node() {  # NODE MUNGE_DIR
         mkdir -p /run/munge
         mount --bind "$mdir" /run/munge
         for d; do mount -t tmpfs -o ro,mode=755,nosuid,nodev "hidden-$node" "$d"; done
-        exec slurmd --conf-server "$server" -L "$log"' \
+        exec slurmd --conf-server "$server" -N "$node" -L "$log"' \
         sh "$1" "$2" "127.0.0.1:$CTLD_PORT" "$STATE/slurmd-$1.log" "${hide[@]}"
 }
 
