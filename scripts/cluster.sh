@@ -14,6 +14,10 @@
 #   scripts/cluster.sh env  [--slurm R]   print the environment the tests use
 #   scripts/cluster.sh releases           print the releases of scripts/releases.conf, the
 #                                         machine's packaged one first
+#   scripts/cluster.sh reconfigure [--slurm R] [--nodes N]
+#                                         scontrol reconfigure; on the site cluster the
+#                                         login node's sackd is started again, so that it
+#                                         fetches the controller's files anew
 #   scripts/cluster.sh crash NODE --nodes N [--slurm R]
 #                                         SIGKILL every process of node NODE of a multi-node
 #                                         cluster (its slurmd, slurmstepds, containers, munged):
@@ -31,8 +35,15 @@
 # but one (24.11: "failed decode"; 22.05 built on Debian 13: "Credential replayed").  The
 # multi-node cluster has its own state dir ($STATE-Nn), ports (2000 above the one-node
 # cluster's slurmctld port, then one per node), ClusterName and job id range, and
-# SlurmdTimeout=10, so a crashed node ends its jobs within a minute.  The nodes share this
-# machine's filesystem.  22.05's oci.conf there puts scrun_py.oci.taskenv in front of the
+# SlurmdTimeout=10, so a crashed node ends its jobs within a minute.
+#
+# On 23.11 and later the multi-node cluster is the site topology (docs/site.md): this
+# machine is a configless login node (sackd keeps slurm.conf, oci.conf and scrun.lua in
+# /run/slurm/conf; the one-node cluster's links at Slurm's compiled-in default are removed
+# while it is up, "down" puts them back), each node's slurmd is configless and has private
+# tmpfs on /tmp, /var/tmp, /dev/shm and /run and the engines' storage hidden under empty
+# mounts; /home and $SCRATCH (/shared/scratch, mode 1777) are shared.  "env" prints no
+# SLURM_CONF for it.  On 22.05 (no sackd) the nodes share this machine's filesystem.  22.05's oci.conf there puts scrun_py.oci.taskenv in front of the
 # runtime (slurmstepd 22.05 gives a container its step's environment, not its task's).
 #
 # R is a Slurm release of scripts/releases.conf (default: the machine's packaged Slurm,
