@@ -47,6 +47,9 @@ done
 exit $rc
 EOF
 chmod 755 "$root/usr/bin/printenv"
+ln -s /usr/bin/printenv "$root/bin/printenv"
+# alpine's /etc/mtab (030-run's "no /etc/mtab" test removes it in a build)
+ln -s ../proc/mounts "$root/etc/mtab"
 
 # alpine's users and groups (the tests use root, uid 100 and the group ping)
 cat > "$root/etc/passwd" <<'EOF'
