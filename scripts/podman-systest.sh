@@ -174,9 +174,10 @@ fetch_source() {  # prints the cached directory that holds test/system
     echo "$dir"
 }
 
+# dpkg-source unpacks podman's source; the stand-in image is made from busybox-static
+"$REPO/scripts/apt-install.sh" podman-systest bats busybox-static dpkg-dev
 SRC=$(fetch_source)
 SYS=$SRC/test/system
-"$REPO/scripts/apt-install.sh" podman-systest bats busybox-static
 for f in $FILES; do [ -f "$SYS/$f.bats" ] || die "$SYS has no $f.bats"; done
 
 TAG=$(sed -n 's/^PODMAN_TEST_IMAGE_TAG=.*:-"\([0-9]*\)".*/\1/p' "$SYS/helpers.bash")
