@@ -33,6 +33,7 @@ from scrun_py.container.handle import Container
 
 TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
     from scrun_py.base.invocation import Invocation
@@ -212,6 +213,32 @@ def exec_status(status: int, stderr_tail: bytes) -> int:
     return status
 
 
+#: what runc says (its stderr, then podman's and docker's) for a process it could not
+#: start: podman's exec tests look for these words in the output
+_RUNC_WORDS = {127: "executable file not found in $PATH", 126: "permission denied"}
+
+
+def exec_status_said(arg0: str) -> Callable[[int, bytes], int]:
+    """exec_status, and where it took the node runtime's failure for 127 or 126 one line
+    on stderr in runc's words (`exec failed: unable to start container process: exec:
+    "ARG0": permission denied`), as runc and crun users read it through the engines."""
+
+    def status_of(status: int, stderr_tail: bytes) -> int:
+        code = exec_status(status, stderr_tail)
+        if code != status and code in _RUNC_WORDS:
+            from scrun_py.base.logs import one_line
+
+            line = (f"exec failed: unable to start container process: exec: "
+                    f"\"{one_line(arg0)}\": {_RUNC_WORDS[code]}\n")
+            try:
+                os.write(2, line.encode(errors="replace"))
+            except OSError:
+                pass
+        return code
+
+    return status_of
+
+
 def run(inv: Invocation, container_id: str, opts: ExecOptions,
         command: tuple[str, ...] | list[str] = ()) -> int:
     """Exit status of the process (0 with --detach once the supervisor runs)."""
@@ -226,14 +253,14 @@ def run(inv: Invocation, container_id: str, opts: ExecOptions,
             from scrun_py.container.spool import write_pid_file
 
             write_pid_file(opts.pid_file, os.getpid())
-        return supervise(argv, env, slave=slave, status_of=exec_status)
+        return supervise(argv, env, slave=slave, status_of=exec_status_said(proc.args[0]))
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:  # the supervisor: the caller (a subreaper shim, conmon) reaps it
         code = 1
         try:
-            code = supervise(argv, env, slave=slave, status_of=exec_status)
+            code = supervise(argv, env, slave=slave, status_of=exec_status_said(proc.args[0]))
         except ScrunError as exc:
             from scrun_py.base.logs import one_line
 

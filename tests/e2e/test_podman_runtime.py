@@ -84,16 +84,20 @@ class TestCommandThatCannotRun:
 
     def test_exec(self, engine: Engine) -> None:
         """`exec C /etc` gives 126 and `exec C /no/such` 127 (the node's runtime could
-        not start them); a process's own failure keeps its status."""
+        not start them), each with runc's words; a process's own failure keeps its
+        status."""
         name = _name("exec")
         res = engine.run("-d", "--name", name, engine.image, "sleep", "120")
         try:
             assert 0 == res.returncode, res.stderr
             wait_until(lambda: engine.exit_code(name)[0] == "running", "running")
+            # runc's words on stderr too: podman's own exec test looks for them
             ex = engine("exec", name, "/etc")
             assert 126 == ex.returncode, ex.stderr
+            assert "permission denied" in ex.stdout + ex.stderr
             ex = engine("exec", name, "/no/such")
             assert 127 == ex.returncode, ex.stderr
+            assert "executable file not found" in ex.stdout + ex.stderr
             ex = engine("exec", name, "ls", "/no/such")
             assert 1 == ex.returncode, ex.stderr
         finally:

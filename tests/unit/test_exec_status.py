@@ -39,3 +39,32 @@ class TestExecStatus:
     ])
     def test_other_statuses_unchanged(self, status: int, tail: bytes) -> None:
         assert status == exec_status(status, tail)
+
+
+class TestSaidInRuncWords:
+    """A status taken for 127/126 comes with one stderr line in runc's words (podman's
+    exec test looks for "permission denied"); a process's own status says nothing."""
+
+    @staticmethod
+    def _said(capfd: pytest.CaptureFixture[str], status: int, tail: bytes) -> tuple[int, str]:
+        from scrun_py.commands.exec import exec_status_said
+
+        code = exec_status_said("/etc")(status, tail)
+        return code, capfd.readouterr().err
+
+    def test_not_executable(self, capfd: pytest.CaptureFixture[str]) -> None:
+        code, err = self._said(capfd, RUNTIME_EXEC_FAILED,
+                               b"open executable: Operation not permitted\n")
+        assert code == 126
+        assert err == ('exec failed: unable to start container process: exec: "/etc": '
+                       "permission denied\n")
+
+    def test_not_found(self, capfd: pytest.CaptureFixture[str]) -> None:
+        code, err = self._said(capfd, RUNTIME_EXEC_FAILED,
+                               b"executable file `/etc` not found in $PATH: No such file\n")
+        assert code == 127
+        assert "executable file not found in $PATH" in err
+
+    def test_own_status_silent(self, capfd: pytest.CaptureFixture[str]) -> None:
+        code, err = self._said(capfd, 126, b"open executable: Operation not permitted\n")
+        assert (code, err) == (126, "")
