@@ -300,6 +300,12 @@ down() {
     shims=$(grep -lszxF -- "$DOCKER/exec/containerd/containerd.sock" /proc/[0-9]*/cmdline | cut -d/ -f3 || true)
     # shellcheck disable=SC2086
     stop "containerd shims" $shims
+    # what a stopped dockerd can leave mounted under its dirs (exec/netns/default)
+    local m
+    for m in $(findmnt -rn -o TARGET | grep -F -- "$DOCKER/" | sort -r); do
+        log "unmounting $m"
+        umount "$m" 2>/dev/null || umount -l "$m" || true
+    done
     down_rootless
 }
 
