@@ -101,7 +101,8 @@ run_on() {  # RELEASE [pytest args...]: the one-node cluster, without the multi-
         if [ "$SCRUN_TEST_PYSLURM" = 1 ]; then export SCRUN_PY_SLURM_BACKEND=pyslurm; fi
         echo "[test] Slurm $rel (backend ${SCRUN_PY_SLURM_BACKEND:-auto}): pytest $*" >&2
         # under CI=true a skip not on tests/conftest.py's allow-list is a failure
-        exec_pytest --ignore="$MULTINODE" "$@"
+        # the multi-node and site tests run on the 3-node cluster (run_multinode_on)
+        exec_pytest --ignore="$MULTINODE" "${SITE_SUITE[@]/#/--ignore=}" "$@"
     ) <&0 &
     FG=$!
     wait_fg
