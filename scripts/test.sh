@@ -132,6 +132,9 @@ run_multinode_on() {  # RELEASE [pytest args...]: the release's 3-node cluster
 
 run_podman_systest_on() {  # RELEASE: podman's own system tests, crun beside scrun-py
     [ -z "${SCRUN_TEST_DRY_RUN:-}" ] && [ "${SCRUN_PODMAN_SYSTEST:-1}" = 1 ] || return 0
+    # the cluster as "up" leaves it (idempotent): a daemon the suite before stopped and
+    # did not bring back is started again, rather than failing every podman test
+    "$REPO/scripts/cluster.sh" up --slurm "$1"
     (
         eval "$("$REPO/scripts/cluster.sh" env --slurm "$1" | sed 's/^/export /')"
         exec "$REPO/scripts/podman-systest.sh"
