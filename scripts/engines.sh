@@ -90,6 +90,19 @@ write_config() {
         ln -sfn "$STATE/slurm.conf" "$CONF/slurm.conf"
         ln -sfn "$STATE/oci.conf" "$CONF/oci.conf"
         install -m 644 "$REPO/lua/scrun-staging.lua" "$CONF/scrun.lua"
+        case "$STATE" in
+            *-[0-9]n|*-[0-9][0-9]n)
+                # a multi-node cluster (cluster.sh up --nodes N): the staging bases on the
+                # scratch its nodes share, as a site sets them (the /tmp default is refused
+                # for a job on other nodes)
+                local scratch=${SCRUN_TEST_SCRATCH:-/shared/scratch}
+                sed -i -e 's|^local STAGING_BASE = .*|local STAGING_BASE = "'"$scratch"'/%u/scrun-staging"|' \
+                    -e 's|^local CACHE_BASE = .*|local CACHE_BASE = "'"$scratch"'/%u/scrun-cache"|' \
+                    "$CONF/scrun.lua"
+                grep -q "^local STAGING_BASE = \"$scratch/" "$CONF/scrun.lua" ||
+                    { log "lua/scrun-staging.lua: no STAGING_BASE setting to point at $scratch"; exit 1; }
+                ;;
+        esac
     fi
     from_doc docker.md daemon.json "$DOCKER/daemon.json" 644
     install -d -m 755 "$RL_DIR"
