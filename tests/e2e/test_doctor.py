@@ -7,6 +7,8 @@ import re
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,18 @@ pytestmark = pytest.mark.e2e
 
 #: a hang guard, not a speed target: doctor's commands share one 4 s deadline
 HANG_GUARD_S = 10
+
+
+@contextmanager
+def controller_on_unused_port(conf_dir: Path) -> Iterator[Path]:
+    """conf_dir's slurm.conf, its SlurmctldPort a port bound here but not listening
+    (connections are refused) while the context lasts."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        conf = conf_dir / "slurm.conf"
+        conf.write_text(re.sub(r"(?m)^SlurmctldPort=.*$",
+                               f"SlurmctldPort={held.getsockname()[1]}", conf.read_text()))
+        yield conf
 
 
 def _doctor(env: Env, *args: str, conf: Path | None = None,
@@ -73,12 +87,7 @@ class TestDoctor:
     def test_controller_on_unused_port(self, user_env: Env, conf_dir: Path) -> None:
         """A slurm.conf naming a controller on a port nothing listens on: doctor ends
         promptly and shows scontrol's DOWN line (not its banner of asterisks)."""
-        with socket.socket() as held:  # bound, not listening: connections are refused
-            held.bind(("127.0.0.1", 0))
-            conf = conf_dir / "slurm.conf"
-            conf.write_text(re.sub(r"(?m)^SlurmctldPort=.*$",
-                                   f"SlurmctldPort={held.getsockname()[1]}",
-                                   conf.read_text()))
+        with controller_on_unused_port(conf_dir) as conf:
             started = time.monotonic()
             rc, checks = _doctor(user_env, conf=conf)
         assert time.monotonic() - started < HANG_GUARD_S
@@ -205,12 +214,7 @@ class TestSiteChecks:
         """A controller on a port nothing listens on: doctor says it could not probe,
         and warns of a base in /tmp, without waiting for a step."""
         script = _staging_copy(user_env, "/tmp/scrun-staging-%u")
-        with socket.socket() as held:  # bound, not listening: connections are refused
-            held.bind(("127.0.0.1", 0))
-            conf = conf_dir / "slurm.conf"
-            conf.write_text(re.sub(r"(?m)^SlurmctldPort=.*$",
-                                   f"SlurmctldPort={held.getsockname()[1]}",
-                                   conf.read_text()))
+        with controller_on_unused_port(conf_dir) as conf:
             started = time.monotonic()
             _, checks = _doctor(user_env, conf=conf, extra_env={"SCRUN_PY_LUA": str(script)})
         assert time.monotonic() - started < HANG_GUARD_S

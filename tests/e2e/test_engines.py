@@ -51,6 +51,36 @@ TRAP = ('trap "echo USR1" USR1; trap "echo TERM; exit 3" TERM; echo started; '
         "while :; do sleep 0.2; done")
 
 
+def run_on_pty(argv: list[str], env: dict[str, str]) -> tuple[int, str]:
+    """`argv` with a new pty as its stdin, stdout and stderr, in a session of its own:
+    its exit status and what it wrote there (killed after CMD_TIMEOUT_S)."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(argv, env=env, stdin=slave, stdout=slave, stderr=slave, cwd="/",
+                            start_new_session=True)
+    os.close(slave)
+    out = b""
+    deadline = time.monotonic() + CMD_TIMEOUT_S
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.2)
+            if ready:
+                try:
+                    chunk = os.read(master, 4096)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            elif proc.poll() is not None:
+                break
+        rc = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return rc, out.decode(errors="replace")
+
 @dataclass
 class Engine:
     name: str  # docker | podman
@@ -279,35 +309,10 @@ class TestEngines:
 
     def test_tty(self, engine: Engine) -> None:
         """`run -t`: the container's stdin is a terminal."""
-        master, slave = pty.openpty()
-        proc = subprocess.Popen(
+        rc, text = run_on_pty(
             engine.argv(*engine.run_args(), "--rm", "-t", engine.image, "sh", "-c",
                         "test -t 0 && echo IS-A-TTY; test -t 1 && echo OUT-TTY"),
-            env=engine.env(), stdin=slave, stdout=slave, stderr=slave, cwd="/",
-            start_new_session=True)
-        os.close(slave)
-        out = b""
-        deadline = time.monotonic() + CMD_TIMEOUT_S
-        try:
-            while time.monotonic() < deadline:
-                ready, _, _ = select.select([master], [], [], 0.2)
-                if ready:
-                    try:
-                        chunk = os.read(master, 4096)
-                    except OSError:
-                        break
-                    if not chunk:
-                        break
-                    out += chunk
-                elif proc.poll() is not None:
-                    break
-            rc = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-        finally:
-            os.close(master)
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        text = out.decode(errors="replace")
+            engine.env())
         assert 0 == rc, text
         assert "IS-A-TTY" in text
         assert "OUT-TTY" in text

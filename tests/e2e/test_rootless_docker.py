@@ -13,11 +13,8 @@ or in slurmd's log.
 from __future__ import annotations
 
 import os
-import pty
 import re
-import select
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,6 +31,7 @@ from tests.e2e.test_engines import (  # noqa: F401 - the fixture
     _guarded,
     _name,
     engines_up,
+    run_on_pty,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.engines]
@@ -160,35 +158,10 @@ class TestRootlessDocker:
     def test_tty(self, rootless_docker: RootlessDocker) -> None:
         """`run -t`: the container's stdin and stdout are a terminal."""
         eng = rootless_docker
-        master, slave = pty.openpty()
-        proc = subprocess.Popen(
+        rc, text = run_on_pty(
             eng.argv(*eng.run_args(), "--rm", "-t", eng.image, "sh", "-c",
                      "test -t 0 && echo IS-A-TTY; test -t 1 && echo OUT-TTY"),
-            env=eng.env(), stdin=slave, stdout=slave, stderr=slave, cwd="/",
-            start_new_session=True)
-        os.close(slave)
-        out = b""
-        deadline = time.monotonic() + CMD_TIMEOUT_S
-        try:
-            while time.monotonic() < deadline:
-                ready, _, _ = select.select([master], [], [], 0.2)
-                if ready:
-                    try:
-                        chunk = os.read(master, 4096)
-                    except OSError:
-                        break
-                    if not chunk:
-                        break
-                    out += chunk
-                elif proc.poll() is not None:
-                    break
-            rc = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-        finally:
-            os.close(master)
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        text = out.decode(errors="replace")
+            eng.env())
         assert 0 == rc, text
         assert "IS-A-TTY" in text and "OUT-TTY" in text, text
         assert CHDIR_ERROR not in text
