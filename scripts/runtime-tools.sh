@@ -13,14 +13,18 @@
 #
 # --node-shim adds a third column: scrun-py with a stage_in script that gives the compute
 # node a bundle it can run (see docs/differences.md, "OCI runtime-tools validation"): a
-# bundle dir in the spool dir whose rootfs/ is a symlink to the real rootfs, and whose
-# config.json says ociVersion 1.0.2.  It shows what scrun-py itself does once the node's
+# bundle dir (under the work dir, not in the 0700 spool dir) whose rootfs/ is a symlink to
+# the real rootfs, and whose config.json says ociVersion 1.0.2; with a user namespace
+# (linux.uidMappings) it also makes the real rootfs searchable by others, since the node's
+# crun sets up the rootfs as the container's root, an unprivileged host uid.  It shows what scrun-py itself does once the node's
 # Slurm and runtime can run the suite's bundles; it is a diagnosis aid, not a setting.
 #
 # Environment: SCRUN_TEST_VENV (scrun-py's venv, default /opt/scrun-py/venv), SLURM_CONF
 # (default: scripts/cluster.sh env), RUNC (default runc), TESTS (default the nine below),
 # RT_TIMEOUT (seconds per test executable, default 600), RT_KEEP=1 keeps the TAP files
-# (and each runtime's --log, the first place to look for why a case failed).
+# (and each runtime's --log, the first place to look for why a case failed).  The
+# container's stderr is not among them: the suite writes `create`'s stderr to a file in
+# the bundle and deletes it with the bundle.  "ok N # SKIP" lines count as passed.
 # Other tests of the suite run the same way once built, e.g.
 #   TESTS="linux_uid_mappings hooks_stdin" scripts/runtime-tools.sh --node-shim CHECKOUT
 # (docs/differences.md, "linux_uid_mappings and hooks_stdin").
@@ -80,7 +84,7 @@ wrapper() {  # NAME [LUA]: a runc-argv wrapper around scrun-py
 
 write_shim() {
     cat > "$WORK/node-shim.lua" <<'EOF'
--- a node bundle in the spool dir: rootfs/ -> the real rootfs, ociVersion 1.0.2
+-- a node bundle: rootfs/ -> the real rootfs, ociVersion 1.0.2
 function slurm_scrun_stage_in(id, bundle, spool_dir, config_file, job_id, user_id, group_id,
                               job_env)
   local fh = assert(io.open(config_file, "r"))
@@ -91,7 +95,13 @@ function slurm_scrun_stage_in(id, bundle, spool_dir, config_file, job_id, user_i
   end
   local root = cfg.root.path
   if root:sub(1, 1) ~= "/" then root = bundle .. "/" .. root end
-  local dir = spool_dir .. "/node-bundle"
+  if type(cfg.linux) == "table" and type(cfg.linux.uidMappings) == "table"
+     and #cfg.linux.uidMappings > 0 then
+    -- with a user namespace the node's crun opens the rootfs as the container's root,
+    -- an unprivileged host id: the suite's bundle dir is 0700 (so is the spool dir)
+    assert(os.execute("chmod o+x '" .. root .. "'"))
+  end
+  local dir = "@NODE_BUNDLES@/" .. id
   assert(os.execute("mkdir -p '" .. dir .. "' && ln -sfn '" .. root .. "' '" .. dir
                     .. "/rootfs'"))
   cfg.root.path = "rootfs"
@@ -103,6 +113,9 @@ function slurm_scrun_stage_in(id, bundle, spool_dir, config_file, job_id, user_i
 end
 function slurm_scrun_stage_out() return 0 end
 EOF
+    mkdir -p "$WORK/node-bundles"
+    chmod 755 "$WORK/node-bundles"
+    sed -i "s|@NODE_BUNDLES@|$WORK/node-bundles|" "$WORK/node-shim.lua"
     echo "$WORK/node-shim.lua"
 }
 
@@ -131,7 +144,7 @@ import sys
 from pathlib import Path
 
 work, tests, columns = Path(sys.argv[1]), sys.argv[2].split(), sys.argv[3:]
-line = re.compile(r"^(not ok|ok) (\d+)(?: - (.*))?$")
+line = re.compile(r"^(not ok|ok) (\d+)(?: - (.*)| (# SKIP.*))?$")
 results: dict[str, dict[tuple[str, int], bool]] = {c: {} for c in columns}
 texts: dict[tuple[str, int], str] = {}
 for col in columns:
@@ -142,7 +155,7 @@ for col in columns:
             if m:
                 key = (test, int(m.group(2)))
                 results[col][key] = m.group(1) == "ok"
-                texts.setdefault(key, m.group(3) or "")
+                texts.setdefault(key, m.group(3) or m.group(4) or "")
 keys = sorted({k for r in results.values() for k in r},
               key=lambda k: (tests.index(k[0]), k[1]))
 head = f"{'test':<15}{'#':>3}  " + "".join(f"{c:<10}" for c in columns) + "case"
