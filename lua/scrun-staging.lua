@@ -35,8 +35,9 @@ local RSYNC_OK = { [0] = true, [24] = true }
 -- -X; only POSIX ACLs, rare in images, are kept where RSYNC has no -A) in one process
 -- instead of rsync's three and their protocol: about half the time for a rootfs, a
 -- twentieth for a single file.  Used only where RSYNC's --delete would have nothing to
--- delete; if it fails, RSYNC does the copy and its status counts.
-local CP = "cp -a --no-preserve=links,xattr,context"
+-- delete; if it fails, RSYNC does the copy and its status counts.  --reflink=auto: on a
+-- filesystem with reflinks (btrfs, xfs, bcachefs) the copy shares the source's blocks.
+local CP = "cp -a --reflink=auto --no-preserve=links,xattr,context"
 -- Keep one copy per rootfs content in CACHE_BASE ("%u" as above) and give each container
 -- overlay mounts of it (lower: the cached copy, upper: STAGING_BASE/<id>/upper) instead
 -- of a copy of its own.  Only for jobs of one task (several tasks would share the
@@ -282,7 +283,7 @@ local CACHE_FUNCTIONS = table.concat({
     .. '_t=$((_t - $(cat -- "$_e/size" 2>/dev/null || echo 0))); '
     .. 'mv -- "$_e" "$C/trash/${_e##*/}.$ID.$$" && echo "evicted ${_e##*/}"; done; }',
   -- empty_trash: what this shell put there, and what crashed stage_ins left (a day old)
-  'empty_trash() { for _e in "$C"/trash/*."$ID".$$ $(find "$C/trash" "$C/tmp" -mindepth 1 '
+  'empty_trash() { for _e in "$C"/trash/*."$ID".$$ $(find "$C/trash" "$C/tmp" "$C/known" -mindepth 1 '
     .. '-maxdepth 1 -mmin +1440 2>/dev/null); do [ -e "$_e" ] && remove_dir "$_e"; done; '
     .. 'return 0; }',
   -- ref FROM TO: TO gets FROM's owner (as root), mode and mtime
@@ -335,13 +336,28 @@ local function key_commands(paths_in_rootfs, key_kind)
       .. [[-o -printf '%p\t%y\t%m\t%U\t%G\t%s\t%T@\0' > "$S/key-list"]],
     'LC_ALL=C sort -z -o "$S/key-list" "$S/key-list"',
   }
+  local digest = format([[$({ printf 'scrun-staging 1 %%s\0' %s; cat -- "$S/key-list"; } ]]
+                        .. "| sha256sum | cut -c1-64)", q(key_kind))
   if key_kind == "content" then
-    table.insert(lines, "find . " .. prune .. '-type f -print0 | LC_ALL=C sort -z '
-                 .. '| xargs -0 -r sha256sum -- >> "$S/key-list"')
+    -- Reading every file is as long as a copy for a large image.  The files' inode numbers
+    -- and change times, which no image author can choose (the kernel sets them when the
+    -- engine writes the file), name the same bytes as long as no file was written or made
+    -- again: the content key of such a listing is remembered in $C/known/ and read back.
+    table.insert(lines, "find . " .. prune .. [[-type f -printf '%p\t%i\t%C@\0' ]]
+                 .. '| LC_ALL=C sort -z | cat -- "$S/key-list" - | sha256sum '
+                 .. '| cut -c1-64 > "$S/key-known"')
+    table.insert(lines, 'K=$C/known/$(cat -- "$S/key-known")')
+    table.insert(lines, table.concat({
+      'if key=$(cat -- "$K" 2>/dev/null) && [ ${#key} = 64 ]; then touch -- "$K"; else',
+      "find . " .. prune .. '-type f -print0 | LC_ALL=C sort -z '
+        .. '| xargs -0 -r sha256sum -- >> "$S/key-list" &&',
+      "key=" .. digest .. " &&",
+      'mkdir -p -- "$C/known" && printf "%s\n" "$key" > "$K.$$" && mv -f -- "$K.$$" "$K"; fi',
+    }, "\n"))
+  else
+    table.insert(lines, "key=" .. digest)
   end
-  table.insert(lines, format([[key=$({ printf 'scrun-staging 1 %%s\0' %s; cat -- "$S/key-list"; } ]]
-                             .. "| sha256sum | cut -c1-64)", q(key_kind)))
-  table.insert(lines, 'rm -f -- "$S/key-list"; cd /')
+  table.insert(lines, 'rm -f -- "$S/key-list" "$S/key-known"; cd /')
   return table.concat(lines, " &&\n")
 end
 
@@ -459,16 +475,29 @@ local function stage_in_cached(id, text, source_root, job_id, user_id, group_id,
     '  ! in_use "$E" || exit 6',
     '  mv -- "$E" "$C/trash/$key.$ID.$$" || exit 1; echo "evicted $key (incomplete)"',
     'fi',
-    'if [ -d "$E/rootfs" ]; then register "$E" || exit 1; echo hit; else',
+    '_state=""',
+    'if [ -d "$E/rootfs" ]; then register "$E" || exit 1; _state=hit; fi',
+    -- one copy per entry: a stage_in that finds another one copying the same rootfs waits
+    -- for that copy (the lock of $M, taken without the cache's lock) and uses it
+    'M=$C/tmp/$key.making',
+    'if [ -z "$_state" ]; then',
+    '  flock -u 9; exec 8>>"$M"; flock 8 || exit 1; flock 9 || exit 1',
+    '  if [ -d "$E/rootfs" ]; then register "$E" || exit 1; _state=waited; fi',
+    'fi',
+    'if [ -z "$_state" ]; then',
     '  flock -u 9',
     '  remove_dir "$T"; mkdir -p -- "$T/rootfs" "$T/users" || exit 1',
     '  copy_dir "$SRC" "$T/rootfs" || { remove_dir "$T"; exit 5; }',
     '  du -sk -- "$T/rootfs" | cut -f1 > "$T/size" && find "$T/rootfs" | wc -l > "$T/count" '
       .. '&& touch -- "$T/used" || exit 1',
     '  flock 9 || exit 1',
-    '  if [ -d "$E/rootfs" ]; then echo lost; else mv -- "$T" "$E" || exit 1; echo miss; fi',
+    '  if [ -d "$E/rootfs" ]; then _state=lost; else mv -- "$T" "$E" || exit 1; _state=miss; fi',
     '  register "$E" || exit 1',
     'fi',
+    -- the entry is there (under the cache's lock): who comes now finds it, not $M
+    '[ "$_state" = hit ] || rm -f -- "$M"',
+    'exec 8>&-',
+    'echo "$_state"',
     "KEEP=$E; evict " .. max_kb(),
     'exec 9>&-',
     '[ ! -e "$T" ] || remove_dir "$T"',
@@ -530,6 +559,9 @@ local function stage_in_cached(id, text, source_root, job_id, user_id, group_id,
   if state == "hit" then
     slurm.log_info("scrun-staging: %s: the rootfs of %s is cached as %s: no copy", id,
                    source_root, entry)
+  elseif state == "waited" then
+    slurm.log_info("scrun-staging: %s: another container copied %s to the cache as %s "
+                   .. "meanwhile: no copy", id, source_root, entry)
   elseif state == "lost" then
     slurm.log_info("scrun-staging: %s: copied %s for the cache, but another container made "
                    .. "%s first: the copy is discarded", id, source_root, entry)

@@ -38,10 +38,13 @@ import json, sys
 from pathlib import Path
 from scrun_py.hooks.context import HookContext, HookJob, HookPaths
 from scrun_py.hooks.lua import LuaHooks
+from structlog.testing import capture_logs
 args = json.loads(sys.argv[1])
 ctx = HookContext(args["id"], HookPaths(*args["paths"]),
                   HookJob(*args["job"], lambda cmd: ["/bin/sh", "-c", cmd]))
-LuaHooks.load(Path(args["script"])).stage_in(ctx)
+with capture_logs() as logs:
+    LuaHooks.load(Path(args["script"])).stage_in(ctx)
+sys.stderr.write("".join(str(e["event"]) + "\\n" for e in logs))
 print(json.dumps({"bundle": ctx.bundle, "root_path": ctx.root_path}))
 """
 
@@ -331,6 +334,29 @@ class TestCache:
                 assert 0 == stage.stage_out(ctx)[0]
             assert expected == len(stage.entries()), setting
 
+    def test_content_key_is_remembered(self, stage: Stage) -> None:
+        """CACHE_KEY = "content": the key of a rootfs whose files kept their inodes and
+        change times is read back, not computed again; a file rewritten in place with its
+        size and mtime kept has a new change time: its bytes are read, another entry."""
+        stage.write_script(CACHE_KEY='"content"')
+        known = stage.cache / "known"
+        keys = []
+        for cid in ("a", "b"):
+            ctx, _ = stage.stage_in(cid)
+            keys.append(Path(ctx.bundle, "cache-entry").read_text().strip())
+            assert 0 == stage.stage_out(ctx)[0]
+        assert (1, 1) == (len(set(keys)), len(list(known.iterdir())))
+        lib = stage.image / "usr" / "lib" / "libx.so"
+        st = lib.stat()
+        lib.write_text("y" * 5000)
+        os.utime(lib, ns=(st.st_atime_ns, st.st_mtime_ns))
+        ctx, _ = stage.stage_in("c")
+        entry = Path(ctx.bundle, "cache-entry").read_text().strip()
+        assert (2, 2, "y" * 5000) == (
+            len(stage.entries()), len(list(known.iterdir())),
+            (Path(entry) / "rootfs" / "usr" / "lib" / "libx.so").read_text())
+        assert 0 == stage.stage_out(ctx)[0]
+
     def test_several_tasks_copy_the_rootfs(self, stage: Stage) -> None:
         """A job of several tasks shares one config.json: no overlays, the copy."""
         ctx, log = stage.stage_in("c1", tasks="1(x3)")
@@ -354,8 +380,9 @@ class TestCache:
         assert 0 == stage.stage_out(ctx)[0]
 
     def test_concurrent_stage_ins_share_one_entry(self, stage: Stage) -> None:
-        """Six containers of one image staged at once: all succeed, one entry remains
-        (a copy that lost the race is discarded), each has staging of its own."""
+        """Six containers of one image staged at once: all succeed, one copies the rootfs
+        into the cache and the others wait for that copy (none is made and discarded),
+        each has staging of its own."""
         def one(n: int) -> subprocess.CompletedProcess[str]:
             bundle = stage.bundle(f"p{n}", stage.image)
             ctx = stage.ctx(f"p{n}", bundle, stage.image)
@@ -376,6 +403,10 @@ class TestCache:
             sorted((stage.cache / "trash").iterdir()), len({s["bundle"] for s in staged}),
             sorted(p.name for p in (entry / "users").iterdir()),
         )
+        logs = "".join(r.stderr for r in results)
+        # the others found the entry, or waited for it
+        assert (1, 5, 0) == (logs.count("(miss)"), logs.count(": no copy"),
+                             logs.count("discarded")), logs
 
     def test_eviction(self, stage: Stage) -> None:
         """Beyond CACHE_MAX_MB the least recently used entry no live job uses goes; an
