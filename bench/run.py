@@ -56,6 +56,7 @@ from bench.common import (
 )
 from bench.engines import engine_rows, exec_rows
 from bench.floors import Floors, container_rows, short_command_rows
+from bench.images import images_rows
 from bench.load import concurrent_runs, lifecycles
 from bench.memory import memory
 from bench.stats import print_load_rows, print_rows, print_target_table, print_versus
@@ -82,6 +83,12 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--backends-only", action="store_true",
                     help="only the Slurm backends side by side (bench/backends.py), "
                          "written to results/backends.json")
+    ap.add_argument("--images", action="store_true",
+                    help="only the real-size images through the staging scripts on the "
+                         "site cluster (bench/images.py), written to "
+                         "results/images-RELEASE.json")
+    ap.add_argument("--first", type=int, default=2,
+                    help="--images: first runs (the staging cache emptied) per runtime")
     ap.add_argument("--install", choices=("site", "venv"), default="site",
                     help="site (the default): pip-install this checkout as the test user "
                          "into a fresh virtualenv, as a site does (bench/site_install.py); "
@@ -143,6 +150,12 @@ def versus_only(ctx: Ctx, engines: bool) -> None:
     write_results("versus.json", versus_slurm_scrun=versus)
 
 
+def images_only(ctx: Ctx, first: int) -> None:
+    got = images_rows(ctx, first)
+    release = os.environ.get("SCRUN_TEST_SLURM", "unknown")
+    write_results(f"images-{release}.json", slurm=slurm_version(ctx.env), **got)
+
+
 def everything(ctx: Ctx, opts: argparse.Namespace) -> None:
     """Both tables, the backends and the targets; bench/results/latest.json."""
     floors = Floors(ctx, str(ctx.work / "root"))
@@ -178,6 +191,8 @@ def main() -> None:
         engines_only(ctx)
     elif opts.backends_only:
         backends_only(ctx)
+    elif opts.images:
+        images_only(ctx, opts.first)
     elif opts.versus_only:
         versus_only(ctx, not opts.skip_engines)
     else:

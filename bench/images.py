@@ -1,0 +1,398 @@
+"""Real-size images through the staging scripts on the site topology (docs/site.md):
+`docker run --rm IMAGE true` and `podman run --rm IMAGE true` of a ~150 MB python image
+and a ~1 GB image of many small files (scripts/bench-images.sh), interleaved, through
+
+* scrun-py with the shipped lua/scrun-staging.lua, its bases on the shared scratch as the
+  site cluster sets them (runtime `slurm`),
+* Slurm's own scrun with scrun(1)'s rsync staging example, `scratch_path` on the shared
+  scratch (runtime `slurm-scrun`; the example's text is tests/e2e/test_site.py's), and
+* the plain runtime on the login node (docker: runc, podman: crun).
+
+    sudo scripts/cluster.sh up --slurm R --nodes 3
+    sudo scripts/bench-images.sh import
+    eval "$(scripts/cluster.sh env --slurm R --nodes 3 | sed 's/^/export /')"
+    sudo -E /opt/scrun-py/venv/bin/python -m bench.run --images [-n N]
+
+Rows (bench/results/images-<release>.json):
+
+* first run (scrun-py: the image's cache entry removed before each) and warm runs, wall
+  time median; CPU time on the login node (cpuacct of the bench's cgroup, where the
+  engines, the runtimes, salloc and the staging run, plus podman's and docker's container
+  cgroups): the nodes' slurmd and steps are in none of them;
+* bytes on the scratch while one container of the image runs (`du` of the job user's
+  scratch directory, less what was there before), and what is left after `rm`;
+* ten containers of one image started at once through scrun-py, the cache entry removed
+  before: wall time of each, entries made, what is left after.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.common import (
+    HANG_S,
+    PODMAN_CRUN_ULIMITS,
+    REPO,
+    SCRUN,
+    SLURM_BIN,
+    Ctx,
+)
+
+IMAGES_DIR = Path(os.environ.get("SCRUN_BENCH_IMAGES", "/var/tmp/scrun-bench-images"))
+SCRATCH = Path(os.environ.get("SCRUN_TEST_SCRATCH", "/shared/scratch"))
+CONFIGLESS = Path("/run/slurm/conf")
+IMAGES = {"scrun-bench-py": "python, ~150 MB", "scrun-bench-conda": "many files, ~1 GB"}
+RUNTIMES = {"plain": None, "scrun-py": "slurm", "Slurm's scrun": "slurm-scrun"}
+CGROUP = Path("/sys/fs/cgroup/cpuacct")
+RUN_S = 600  # one `run` of the 1 GB image through a copy takes tens of seconds
+
+
+def man_page_example() -> str:
+    """scrun(1)'s rsync staging example as tests/e2e/test_site.py installs it."""
+    text = (REPO / "tests" / "e2e" / "test_site.py").read_text()
+    found = re.search(r'MAN_PAGE_EXAMPLE = """(.*?)"""', text, re.S)
+    if not found:
+        raise SystemExit("tests/e2e/test_site.py: no MAN_PAGE_EXAMPLE")
+    return found.group(1).replace('local scratch_path = "/shared/scratch"',
+                                  f'local scratch_path = "{SCRATCH}"')
+
+
+def staging_lua() -> str:
+    """lua/scrun-staging.lua with its bases on the shared scratch, as the site sets them."""
+    text = (REPO / "lua" / "scrun-staging.lua").read_text()
+    text = re.sub(r'(?m)^local STAGING_BASE = .*$',
+                  f'local STAGING_BASE = "{SCRATCH}/%u/scrun-staging"', text)
+    return re.sub(r'(?m)^local CACHE_BASE = .*$',
+                  f'local CACHE_BASE = "{SCRATCH}/%u/scrun-cache"', text)
+
+
+def site_confs(work: Path) -> dict[str, Path]:
+    """One configuration directory per runtime: the login node's configless copies
+    (slurm.conf, oci.conf), with that runtime's scrun.lua beside them."""
+    out = {}
+    for kind, lua in (("py", staging_lua()), ("slurm", man_page_example())):
+        conf = work / f"conf-{kind}"
+        conf.mkdir(exist_ok=True)
+        for f in CONFIGLESS.iterdir():
+            if f.is_file() and f.name != "scrun.lua":
+                shutil.copy(f, conf / f.name)
+        (conf / "scrun.lua").write_text(lua)
+        exe = SCRUN if kind == "py" else str(SLURM_BIN / "scrun")
+        # podman passes no --root; Slurm's scrun will not guess one as root
+        (conf / "runtime").write_text(
+            f"#!/bin/sh\n[ -n \"$XDG_RUNTIME_DIR\" ] || set -- --root {conf}/root \"$@\"\n"
+            f"exec {exe} -f {conf}/slurm.conf \"$@\"\n")
+        os.chmod(conf / "runtime", 0o755)
+        out[kind] = conf
+    subprocess.run(["chmod", "-R", "a+rX", str(work)], check=True)
+    return out
+
+
+# ------------------------------------------------------------------ CPU time
+
+
+def _usage(path: Path) -> int:
+    try:
+        return int((path / "cpuacct.usage").read_text())
+    except (OSError, ValueError):
+        return 0
+
+
+@dataclass
+class Cpu:
+    """CPU time of the login node's side of a run: the bench's own cgroup (the engines
+    started after it, the runtimes, salloc, the staging) and the engines' container
+    cgroups (podman's conmon and the containers, docker's containers)."""
+
+    mine: Path = CGROUP / f"scrun-bench-images-{os.getpid()}"
+    others: tuple[Path, ...] = (CGROUP / "libpod_parent", CGROUP / "docker")
+
+    def enter(self) -> None:
+        self.mine.mkdir(exist_ok=True)
+        (self.mine / "cgroup.procs").write_text(str(os.getpid()))
+
+    def leave(self) -> None:
+        (CGROUP / "cgroup.procs").write_text(str(os.getpid()))
+        try:
+            self.mine.rmdir()
+        except OSError:
+            pass
+
+    def now(self) -> int:
+        return _usage(self.mine) + sum(_usage(p) for p in self.others)
+
+
+# ------------------------------------------------------------------ engines
+
+
+@dataclass
+class Engines:
+    """A private dockerd (its data on the machine's disk beside the image tarballs) and
+    root podman, each with the three runtimes; the bench images in both."""
+
+    work: Path
+    confs: dict[str, Path]
+    docker_env: dict[str, str] = field(default_factory=dict)
+    podman_env: dict[str, str] = field(default_factory=dict)
+    dockerd: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        path = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
+        if Path("/usr/bin") != SLURM_BIN:
+            path = f"{SLURM_BIN}:{path}"
+        (self.work / "containers.conf").write_text(
+            '[containers]\nnetns = "none"\n\n[engine.runtimes]\n'
+            f'slurm = ["{self.confs["py"]}/runtime"]\n'
+            f'slurm-scrun = ["{self.confs["slurm"]}/runtime"]\n')
+        self.podman_env = {"PATH": path, "HOME": "/root",
+                           "CONTAINERS_CONF": str(self.work / "containers.conf")}
+        ddir = IMAGES_DIR / "dockerd"
+        ddir.mkdir(parents=True, exist_ok=True)
+        (ddir / "daemon.json").write_text(json.dumps({"runtimes": {
+            "slurm": {"path": f"{self.confs['py']}/runtime"},
+            "slurm-scrun": {"path": f"{self.confs['slurm']}/runtime"}}}))
+        sock = self.work / "docker.sock"
+        self.docker_env = {"PATH": path, "HOME": "/root", "DOCKER_HOST": f"unix://{sock}"}
+        with open(self.work / "dockerd.log", "wb") as log:
+            self.dockerd = subprocess.Popen(
+                ["dockerd", "--config-file", str(ddir / "daemon.json"), "--host",
+                 self.docker_env["DOCKER_HOST"], "--data-root", str(ddir / "data"),
+                 "--exec-root", str(self.work / "dexec"), "--pidfile",
+                 str(self.work / "docker.pid"), "--iptables=false", "--ip6tables=false",
+                 "--bridge=none", "--storage-driver=overlay2"],
+                env=self.docker_env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                start_new_session=True)
+        deadline = time.monotonic() + 60
+        while subprocess.run(["docker", "version"], env=self.docker_env,
+                             capture_output=True, check=False).returncode != 0:
+            if self.dockerd.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError((self.work / "dockerd.log").read_text()[-500:])
+            time.sleep(0.2)
+        for image in IMAGES:
+            for tool, env, ref in (("docker", self.docker_env, image),
+                                   ("podman", self.podman_env, f"localhost/{image}")):
+                if subprocess.run([tool, "image", "inspect", ref], env=env,
+                                  capture_output=True, check=False).returncode == 0:
+                    continue
+                tar = IMAGES_DIR / f"{image}.tar"
+                if not tar.exists():
+                    raise SystemExit(f"no {tar}: run scripts/bench-images.sh import")
+                with open(tar, "rb") as f:
+                    subprocess.run([tool, "import", "-", ref], env=env, stdin=f,
+                                   capture_output=True, check=True, timeout=RUN_S)
+
+    def stop(self) -> None:
+        if self.dockerd:
+            ids = subprocess.run(["docker", "ps", "-aq"], env=self.docker_env,
+                                 capture_output=True, text=True, check=False).stdout.split()
+            if ids:
+                subprocess.run(["docker", "rm", "-f", *ids], env=self.docker_env,
+                               capture_output=True, check=False, timeout=RUN_S)
+            self.dockerd.terminate()
+            self.dockerd.wait(timeout=60)
+
+    def argv(self, tool: str, runtime: str | None, image: str, detach: bool = False) -> tuple[
+            list[str], dict[str, str]]:
+        """`run` of `tool` with `runtime` (None: the engine's own) of `image`."""
+        rt = runtime or ("crun" if tool == "podman" else "runc")
+        if tool == "podman":
+            argv = ["podman", "run", "--network", "none", *PODMAN_CRUN_ULIMITS,
+                    "--runtime", rt]
+            ref, env = f"localhost/{image}", self.podman_env
+        else:
+            # docker's ping_group_range: the example keeps it, crun cannot set it there
+            argv = ["docker", "run", "--network", "none", "--sysctl",
+                    "net.ipv4.ping_group_range=0 0", "--runtime", rt]
+            ref, env = image, self.docker_env
+        if detach:
+            return [*argv, "-d", ref, "sleep", "600"], env
+        return [*argv, "--rm", ref, "true"], env
+
+
+def run_once(argv: list[str], env: dict[str, str], cpu: Cpu) -> tuple[float, float]:
+    """Wall and login-node CPU seconds of one call."""
+    c0, t0 = cpu.now(), time.perf_counter()
+    res = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, timeout=RUN_S, check=False)
+    wall, used = time.perf_counter() - t0, (cpu.now() - c0) / 1e9
+    if res.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)}: {res.stderr.decode()[-800:]}")
+    return wall, used
+
+
+def cache_dir(uid: int = 0) -> Path:
+    return SCRATCH / str(uid) / "scrun-cache"
+
+
+def forget_cache(uid: int = 0) -> None:
+    """The staging script's cache of the job user emptied: the next run is a first run."""
+    entries = cache_dir(uid) / "entries"
+    if entries.is_dir():
+        for entry in entries.iterdir():
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def du_kb(path: Path) -> int:
+    if not path.exists():
+        return 0
+    out = subprocess.run(["du", "-sk", str(path)], capture_output=True, text=True,
+                         check=False).stdout.split()
+    return int(out[0]) if out else 0
+
+
+def med(values: list[float]) -> float | None:
+    return round(statistics.median(values), 3) if values else None
+
+
+# ------------------------------------------------------------------ rows
+
+
+def timing_rows(eng: Engines, cpu: Cpu, n: int, first_n: int) -> list[dict[str, object]]:
+    """Per engine and image: first and warm runs of the three runtimes, interleaved."""
+    rows: list[dict[str, object]] = []
+    for image, what in IMAGES.items():
+        for tool in ("docker", "podman"):
+            walls: dict[tuple[str, str], list[float]] = {}
+            cpus: dict[tuple[str, str], list[float]] = {}
+
+            def sample(kind: str, who: str, wl: dict[tuple[str, str], list[float]] = walls,
+                       cl: dict[tuple[str, str], list[float]] = cpus, t: str = tool,
+                       im: str = image) -> None:
+                argv, env = eng.argv(t, RUNTIMES[who], im)
+                w, c = run_once(argv, env, cpu)
+                wl.setdefault((kind, who), []).append(w)
+                cl.setdefault((kind, who), []).append(c)
+                print(f"[images] {t} {im} {who} {kind}: {w:.2f} s, cpu {c:.2f} s",
+                      flush=True)
+
+            for _ in range(first_n):
+                forget_cache()
+                for who in RUNTIMES:
+                    sample("first", who)
+            for _ in range(n):
+                for who in RUNTIMES:
+                    sample("warm", who)
+            for kind in ("first", "warm"):
+                row: dict[str, object] = {"name": f"{tool} run --rm {image} true "
+                                                  f"({what}), {kind} run"}
+                for who in RUNTIMES:
+                    w = walls.get((kind, who), [])
+                    row[who] = {"median_s": med(w), "min_s": min(w, default=None),
+                                "max_s": max(w, default=None), "n": len(w),
+                                "cpu_median_s": med(cpus.get((kind, who), []))}
+                rows.append(row)
+    return rows
+
+
+def scratch_rows(eng: Engines) -> list[dict[str, object]]:
+    """KB on the job user's scratch directory while one container runs (first: the cache
+    entry removed before; warm: after a run), and what is left after `rm -f`."""
+    rows: list[dict[str, object]] = []
+    user_dir = SCRATCH / "0"
+    for image in IMAGES:
+        for tool in ("docker", "podman"):
+            row: dict[str, object] = {"name": f"{tool} {image}: KB on the scratch"}
+            for who, rt in RUNTIMES.items():
+                if rt is None:
+                    continue
+                got = {}
+                for kind in ("first", "warm"):
+                    if kind == "first":
+                        forget_cache()
+                    before = du_kb(user_dir)
+                    argv, env = eng.argv(tool, rt, image, detach=True)
+                    cid = subprocess.run(argv, env=env, capture_output=True, text=True,
+                                         check=True, timeout=RUN_S).stdout.strip()
+                    during = du_kb(user_dir)
+                    subprocess.run([tool, "rm", "-f", cid], env=env, capture_output=True,
+                                   check=False, timeout=RUN_S)
+                    after = du_kb(user_dir)
+                    got[kind] = {"written_kb": during - before, "left_kb": after - before}
+                row[who] = got
+                print(f"[images] {row['name']} {who}: {got}", flush=True)
+            rows.append(row)
+    return rows
+
+
+def concurrent_row(eng: Engines, cpu: Cpu, image: str, tool: str,
+                   count: int = 10) -> dict[str, object]:
+    """`count` containers of one image started at once through scrun-py, its cache entry
+    removed before: each one's wall time, the entries made, what is left afterwards."""
+    forget_cache()
+    argv, env = eng.argv(tool, "slurm", image)
+    entries = cache_dir() / "entries"
+
+    def one(_i: int) -> float:
+        t = time.perf_counter()
+        subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                       check=True, timeout=RUN_S)
+        return time.perf_counter() - t
+
+    c0 = cpu.now()
+    with ThreadPoolExecutor(count) as pool:
+        walls = list(pool.map(one, range(count)))
+    used = (cpu.now() - c0) / 1e9
+    made = sorted(p.name for p in entries.iterdir()) if entries.is_dir() else []
+    uses = [int((entries / m / "uses").read_text()) for m in made]
+    staging = SCRATCH / "0" / "scrun-staging"
+    left = sorted(p.name for p in staging.iterdir()) if staging.is_dir() else []
+    tmp = cache_dir() / "tmp"
+    tmp_left = [p.name for p in tmp.iterdir()] if tmp.is_dir() else []
+    ps = subprocess.run([tool, "ps", "-aq"], env=env, capture_output=True, text=True,
+                        check=False).stdout.split()
+    row = {"name": f"{count} x {tool} run --rm {image} true at once (scrun-py, cache empty)",
+           "walls_s": [round(w, 2) for w in sorted(walls)], "max_s": round(max(walls), 2),
+           "median_s": med(walls), "cpu_s": round(used, 2), "entries": len(made),
+           "uses": uses, "staging_left": left, "cache_tmp_left": tmp_left,
+           "containers_left": len(ps)}
+    print(f"[images] {row}", flush=True)
+    return row
+
+
+def print_rows(rows: list[dict[str, object]]) -> None:
+    print("\n| row | plain | scrun-py | Slurm's scrun | scrun-py / Slurm's |")
+    print("|---|---|---|---|---|")
+    for row in rows:
+        cells = []
+        for who in RUNTIMES:
+            d = row.get(who) or {}
+            assert isinstance(d, dict)
+            cells.append(f"{d.get('median_s')} s (cpu {d.get('cpu_median_s')} s)")
+        py, sl = (row.get("scrun-py") or {}), (row.get("Slurm's scrun") or {})
+        assert isinstance(py, dict) and isinstance(sl, dict)
+        ratio = (f"{py['median_s'] / sl['median_s']:.2f}x"
+                 if py.get("median_s") and sl.get("median_s") else "-")
+        print(f"| {row['name']} | {' | '.join(cells)} | {ratio} |")
+
+
+def images_rows(ctx: Ctx, first_n: int = 2,
+                say: Callable[[str], None] = print) -> dict[str, object]:
+    """Every row of this bench; the engines started and stopped around them."""
+    if not CONFIGLESS.is_dir() or os.environ.get("SCRUN_TEST_SITE") != "1":
+        raise SystemExit("not the site cluster: scripts/cluster.sh up --slurm R --nodes 3 "
+                         "and the environment `cluster.sh env` prints")
+    cpu = Cpu()
+    cpu.enter()
+    eng = Engines(ctx.work, site_confs(ctx.work))
+    try:
+        eng.start()
+        say("[images] engines up, images in")
+        rows = timing_rows(eng, cpu, ctx.n, first_n)
+        print_rows(rows)
+        scratch = scratch_rows(eng)
+        conc = [concurrent_row(eng, cpu, "scrun-bench-conda", tool)
+                for tool in ("docker", "podman")]
+    finally:
+        eng.stop()
+        cpu.leave()
+    return {"rows": rows, "scratch": scratch, "concurrent": conc, "hang_s": HANG_S}
