@@ -43,14 +43,18 @@ def start_dir(opts: Sequence[str] = ()) -> str | None:
     FALLBACK_DIR.  So too when the caller's directory is an OCI bundle (it holds a
     config.json): an engine runs its runtime in the bundle it made, in its storage on
     the login node's own disk, which a compute node does not have (dockerd's containerd
-    does; on 24.11 and later the step then fails).  The container's process never starts
-    here: its working directory is config.json's process.cwd, inside the container."""
+    does; on 24.11 and later the step then fails), or in a directory of its own in that
+    bundle (podman's exec: the exec session's directory in the container's userdata).  The
+    container's process never starts here: its working directory is config.json's
+    process.cwd, inside the container."""
     chdir = next((o.partition("=")[2] for o in opts if o.startswith("--chdir=")), "")
     if chdir and os.path.isdir(chdir):
         return chdir
     try:
         cwd = os.getcwd()
-        usable = os.access(cwd, os.X_OK) and not os.path.isfile(os.path.join(cwd, "config.json"))
+        usable = os.access(cwd, os.X_OK) and not any(
+            os.path.isfile(os.path.join(d, "config.json"))
+            for d in (cwd, os.path.dirname(cwd)))
     except OSError:  # the caller's directory was removed
         usable = False
     return None if usable and not procs.in_user_namespace() else FALLBACK_DIR

@@ -62,6 +62,16 @@ class TestStartDir:
         assert "/tmp" == runner.start_dir(["-N1"])
         assert str(tmp_path) == runner.start_dir([f"--chdir={tmp_path}"])
 
+    def test_a_directory_in_an_engines_bundle_becomes_tmp(
+            self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """podman runs exec's runtime in the exec session's directory inside the
+        container's bundle (its userdata, on the login node's own disk)."""
+        (tmp_path / "config.json").write_text("{}")
+        (tmp_path / "session").mkdir()
+        monkeypatch.chdir(tmp_path / "session")
+        monkeypatch.setattr(procs, "in_user_namespace", lambda: False)
+        assert "/tmp" == runner.start_dir(["-N1"])
+
     def test_removed_directory_becomes_tmp(self, tmp_path: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
         gone = tmp_path / "gone"
