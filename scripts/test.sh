@@ -68,8 +68,12 @@ RELEASE_SUITE=(tests/e2e/test_lifecycle.py tests/e2e/test_engines.py tests/e2e/t
 
 MULTINODE=tests/e2e/test_multinode.py
 # on a release with sackd (23.11+) the multi-node cluster is the site topology
-# (docs/site.md): its run adds the site tests
-SITE_SUITE=(tests/e2e/test_site.py)
+# (docs/site.md): its run adds the site tests (SITE_ONLY: not run on a one-node cluster)
+# and the one-node tests of the container's life, the engines, staging and its cache, exec
+# and the hooks, there with the bundles on the scratch and the engines on the login node
+SITE_ONLY=(tests/e2e/test_site.py)
+SITE_SUITE=("${SITE_ONLY[@]}" tests/e2e/test_lifecycle.py tests/e2e/test_engines.py
+            tests/e2e/test_staging_cache.py tests/e2e/test_exec.py tests/e2e/test_hooks.py)
 # the releases that get the whole suite besides the packaged one: the release whose scrun(1)
 # scrun-py implements
 read -r -a FULL_SUITE_RELEASES <<<"${SCRUN_FULL_SUITE_RELEASES:-26.05}"
@@ -102,7 +106,7 @@ run_on() {  # RELEASE [pytest args...]: the one-node cluster, without the multi-
         echo "[test] Slurm $rel (backend ${SCRUN_PY_SLURM_BACKEND:-auto}): pytest $*" >&2
         # under CI=true a skip not on tests/conftest.py's allow-list is a failure
         # the multi-node and site tests run on the 3-node cluster (run_multinode_on)
-        exec_pytest --ignore="$MULTINODE" "${SITE_SUITE[@]/#/--ignore=}" "$@"
+        exec_pytest --ignore="$MULTINODE" "${SITE_ONLY[@]/#/--ignore=}" "$@"
     ) <&0 &
     FG=$!
     wait_fg

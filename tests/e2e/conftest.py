@@ -12,6 +12,7 @@ import ctypes
 import json
 import os
 import pwd
+import re
 import shutil
 import socket
 import subprocess
@@ -35,6 +36,13 @@ SCRUN = VENV / "bin" / "scrun-py"
 # the tests' bundles and work dirs: on the site cluster, where the nodes see them (the
 # scratch the login node and the nodes share; the login node's /tmp is its own)
 BASE = SCRATCH / "scrun-py-e2e" if SITE else Path("/tmp/scrun-py-e2e")
+# the two settings of lua/scrun-staging.lua as the engines' scrun.lua has them: as shipped
+# on a one-node cluster, on the shared scratch on the site cluster (scripts/cluster.sh)
+STAGING_BASE = f"{SCRATCH}/%u/scrun-staging" if SITE else "/tmp/scrun-staging-%u"
+CACHE_BASE = f"{SCRATCH}/%u/scrun-cache" if SITE else "/tmp/scrun-cache-%u"
+# the directory of slurm.conf, oci.conf and scrun.lua the engines are configured with
+# (docs' /etc/slurm/): scripts/engines.sh's copies, or sackd's on the site cluster
+ENGINE_CONF = Path(os.environ.get("SCRUN_TEST_ENGINE_CONF", "") or STATE / "engines" / "conf")
 # the Slurm release under test (scripts/cluster.sh env --slurm R): the machine's packaged
 # Slurm has no prefix; a built release lives in /opt/slurm/R
 SLURM_RELEASE = os.environ.get("SCRUN_TEST_SLURM", "")
@@ -447,6 +455,33 @@ def env(request: pytest.FixtureRequest, cluster: Path) -> Iterator[Env]:
 def user_env(cluster: Path) -> Iterator[Env]:
     """The ordinary (rootless) test user only."""
     yield from _make_env(User.named(TEST_USER))
+
+
+def staged_bundle(user: User, cid: str) -> Path:
+    """Where the site cluster's scrun.lua (lua/scrun-staging.lua with its STAGING_BASE on
+    the scratch, docs/site.md) stages container CID's bundle: `state` reports it there."""
+    return Path(STAGING_BASE.replace("%u", str(user.uid))) / cid
+
+
+def state_bundle(env: Env, cid: str, bundle: Bundle) -> str:
+    """The bundle `state` reports for container CID made from BUNDLE with the cluster's own
+    scrun.lua: the bundle itself, or its staged copy on the site cluster."""
+    return str(staged_bundle(env.user, cid) if SITE else bundle.path)
+
+
+def site_staging_script(conf_dir: Path) -> Path:
+    """lua/scrun-staging.lua as the tests' cluster has it installed, copied into CONF_DIR:
+    on the site cluster with its two settings on the scratch (the shipped /tmp default is
+    refused for a job on another node)."""
+    text = (REPO_ROOT / "lua" / "scrun-staging.lua").read_text()
+    if SITE:
+        site = re.sub(r'(?m)^local STAGING_BASE = .*$',
+                      f'local STAGING_BASE = "{STAGING_BASE}"', text)
+        site = re.sub(r'(?m)^local CACHE_BASE = .*$', f'local CACHE_BASE = "{CACHE_BASE}"', site)
+        assert site != text, "lua/scrun-staging.lua: no STAGING_BASE setting"
+        text = site
+    (conf_dir / "scrun.lua").write_text(text)
+    return conf_dir / "scrun.lua"
 
 
 @pytest.fixture

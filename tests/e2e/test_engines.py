@@ -25,6 +25,8 @@ from types import FrameType
 import pytest
 
 from tests.e2e.conftest import (
+    ENGINE_CONF,
+    STAGING_BASE,
     STATE,
     TEST_USER,
     VENV,
@@ -105,7 +107,7 @@ class Engine:
 
     @property
     def staging(self) -> Path:
-        return Path(f"/tmp/scrun-staging-{self.user.uid}")
+        return Path(STAGING_BASE.replace("%u", str(self.user.uid)))
 
     def env(self) -> dict[str, str]:
         # podman 5 (Debian 13) warns about cgroup v1 on every command, into the output
@@ -248,7 +250,7 @@ class TestDocs:
     def test_installed_configuration_is_the_documented_one(self, engines_up: None) -> None:
         """engines.sh installs exactly the docs' blocks (with the test cluster's paths)."""
         subs = [("/opt/scrun-py/bin/scrun-py", f"{VENV}/bin/scrun-py"),
-                ("/etc/slurm/", f"{STATE}/engines/conf/"),
+                ("/etc/slurm/", f"{ENGINE_CONF}/"),
                 ("/usr/local/bin/scrun-py-slurm", f"{STATE}/engines/podman/scrun-py-slurm")]
         for doc, title, installed in (
                 ("docker.md", "daemon.json", DOCKER_DIR / "daemon.json"),

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import REPO_ROOT, Env, leftovers
+from tests.e2e.conftest import REPO_ROOT, SITE, Env, leftovers, scontrol_job, site_staging_script
 
 pytestmark = pytest.mark.e2e
 
@@ -94,8 +94,11 @@ class TestHooksOnCluster:
         assert [] == [n for n in SCRUN_OUTPUTS if n not in names]
         assert "v" == names["SCRUN_ANNOTATION_org.example.k"]
         assert (3, "from-allocator\n") == (sin["alloc_rc"], sin["alloc_out"])
-        assert (0, socket.gethostname().split(".")[0] + "\n") == (sin["remote_rc"],
-                                                                  sin["remote_out"])
+        # remote_command runs on the job's node: on the site cluster one of n1..n3 (its
+        # hostname is its node name), on the one-node cluster this machine
+        node = (scontrol_job(job)["NodeList"] if SITE
+                else socket.gethostname().split(".")[0])
+        assert (0, node + "\n") == (sin["remote_rc"], sin["remote_out"])
         assert (str(bundle.path), str(bundle.path / "rootfs")) == (sin["old_bundle"],
                                                                    sin["old_root"])
 
@@ -109,10 +112,11 @@ class TestHooksOnCluster:
         assert [] == leftovers(env, "hk", [job])
 
     def test_shipped_staging_script(self, user_env: Env, conf_dir: Path) -> None:
-        """lua/scrun-staging.lua copies the rootfs to scratch, the container runs from the
-        copy (rootless crun), changes come back and the copy is removed."""
+        """lua/scrun-staging.lua (on the site cluster with its base on the scratch, as a site
+        installs it) copies the rootfs to scratch, the container runs from the copy (rootless
+        crun), changes come back and the copy is removed."""
         env = user_env
-        shutil.copy(REPO_ROOT / "lua" / "scrun-staging.lua", conf_dir / "scrun.lua")
+        site_staging_script(conf_dir)
         bundle = env.bundle(["sh", "-c", "echo staged > /marker; echo ran"])
         cfg = bundle.config()
         cfg["root"]["readonly"] = False  # type: ignore[index]

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.e2e.conftest import Env, leftovers, scontrol_job, squeue, wait_status
+from tests.e2e.conftest import Env, leftovers, scontrol_job, squeue, state_bundle, wait_status
 
 pytestmark = pytest.mark.e2e
 
@@ -28,7 +28,7 @@ class TestLifecycle:
         doc = env.state("life")
         assert "created" == doc["status"]
         assert pid == doc["pid"]
-        assert str(bundle.path) == doc["bundle"]
+        assert state_bundle(env, "life", bundle) == doc["bundle"]
         job = created.job_id()
         assert "life" == squeue("-j", str(job), "-o", "%j").strip()  # named after it
         assert "RUNNING" == squeue("-j", str(job), "-o", "%T").strip()

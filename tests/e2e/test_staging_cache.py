@@ -27,7 +27,7 @@ from typing import cast
 import pytest
 
 from tests.e2e import test_engines as engines
-from tests.e2e.conftest import STATE, TEST_USER, VENV, User, wait_until
+from tests.e2e.conftest import CACHE_BASE, ENGINE_CONF, STATE, TEST_USER, VENV, User, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.engines]
 
@@ -61,11 +61,16 @@ def engine(request: pytest.FixtureRequest, engines_up: None) -> Iterator[engines
 engines_up = engines.engines_up
 
 
-def cache_dir(eng: engines.Engine, base: str = "/tmp/scrun-cache") -> Path:
-    return Path(f"{base}-{eng.user.uid}")
+# the eviction test's cache of its own (its CACHE_BASE)
+EVICT_BASE = CACHE_BASE.replace("scrun-cache", "scrun-cache-evict")
 
 
-def entries(eng: engines.Engine, base: str = "/tmp/scrun-cache") -> dict[str, int]:
+def cache_dir(eng: engines.Engine, base: str = CACHE_BASE) -> Path:
+    """The cache of the engine's user under BASE (a CACHE_BASE setting, with %u)."""
+    return Path(base.replace("%u", str(eng.user.uid)))
+
+
+def entries(eng: engines.Engine, base: str = CACHE_BASE) -> dict[str, int]:
     """Cache entries: key -> uses."""
     found = {}
     directory = cache_dir(eng, base) / "entries"
@@ -256,16 +261,16 @@ def small_cache_podman(request: pytest.FixtureRequest, engines_up: None,
                        tmp_path_factory: pytest.TempPathFactory) -> Iterator[
                            tuple[engines.Engine, Path]]:
     """podman with a runtime of its own: the shipped script with a cache of its own
-    (CACHE_BASE /tmp/scrun-cache-evict-%u) bounded to 3 MB, one busybox rootfs."""
+    (EVICT_BASE) bounded to 3 MB, one busybox rootfs."""
     eng = engines.Engine("podman", User.named(TEST_USER if request.param == "rootless"
                                               else "root"))
     conf = Path(tempfile.mkdtemp(prefix="scrun-cache-conf-", dir="/tmp"))
     conf.chmod(0o755)
     for name in ("slurm.conf", "oci.conf"):
-        (conf / name).symlink_to(STATE / name)
-    script = (engines.REPO / "lua" / "scrun-staging.lua").read_text()
+        (conf / name).symlink_to(ENGINE_CONF / name)
+    script = (ENGINE_CONF / "scrun.lua").read_text()
     for old, new in (('local CACHE_MAX_MB = 4096', 'local CACHE_MAX_MB = 3'),
-                     ('"/tmp/scrun-cache-%u"', '"/tmp/scrun-cache-evict-%u"')):
+                     (f'"{CACHE_BASE}"', f'"{EVICT_BASE}"')):
         assert old in script
         script = script.replace(old, new)
     (conf / "scrun.lua").write_text(script)
@@ -277,7 +282,7 @@ def small_cache_podman(request: pytest.FixtureRequest, engines_up: None,
         yield from ((eng, wrapper) for eng in guarded(eng))
     finally:
         shutil.rmtree(conf, ignore_errors=True)
-        subprocess.run(["rm", "-rf", str(cache_dir(eng, "/tmp/scrun-cache-evict"))],
+        subprocess.run(["rm", "-rf", str(cache_dir(eng, EVICT_BASE))],
                        check=False)
 
 
@@ -285,7 +290,7 @@ def test_eviction_under_a_small_bound(small_cache_podman: tuple[engines.Engine, 
     """With room for one entry, each new image evicts the least recently used one once no
     container uses it; an image that ran again is staged from a new copy."""
     eng, wrapper = small_cache_podman
-    base = "/tmp/scrun-cache-evict"
+    base = EVICT_BASE
     a, b = Image(eng), Image(eng)
     try:
         def run(img: Image) -> None:
