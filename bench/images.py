@@ -31,8 +31,10 @@ import json
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -40,21 +42,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.common import (
-    HANG_S,
     PODMAN_CRUN_ULIMITS,
     REPO,
     SCRUN,
     SLURM_BIN,
     Ctx,
+    Hang,
+    end_container,
 )
 
 IMAGES_DIR = Path(os.environ.get("SCRUN_BENCH_IMAGES", "/var/tmp/scrun-bench-images"))
 SCRATCH = Path(os.environ.get("SCRUN_TEST_SCRATCH", "/shared/scratch"))
 CONFIGLESS = Path("/run/slurm/conf")
-IMAGES = {"scrun-bench-py": "python, ~150 MB", "scrun-bench-conda": "many files, ~1 GB"}
-RUNTIMES = {"plain": None, "scrun-py": "slurm", "Slurm's scrun": "slurm-scrun"}
+IMAGES = {"scrun-bench-conda": "many files, ~1 GB", "scrun-bench-py": "python, ~150 MB"}
+#: the runtimes side by side: the engine's own, scrun-py with the staging script, scrun-py
+#: with scrun(1)'s rsync example (the example's staging commands, which dominate the time,
+#: are the same whichever runtime runs them), Slurm's scrun with that example
+RUNTIMES = {"plain": None, "scrun-py": "slurm", "rsync example": "slurm-rsync",
+            "Slurm's scrun": "slurm-scrun"}
 CGROUP = Path("/sys/fs/cgroup/cpuacct")
-RUN_S = 600  # one `run` of the 1 GB image through a copy takes tens of seconds
+#: runtimes left out of the rows: Slurm's scrun when its probe failed (probe_slurm_scrun)
+GIVEN_UP: set[str] = set()
+RUN_S = 150  # one `run` of the 1 GB image through a copy takes tens of seconds
 
 
 def man_page_example() -> str:
@@ -80,14 +89,15 @@ def site_confs(work: Path) -> dict[str, Path]:
     """One configuration directory per runtime: the login node's configless copies
     (slurm.conf, oci.conf), with that runtime's scrun.lua beside them."""
     out = {}
-    for kind, lua in (("py", staging_lua()), ("slurm", man_page_example())):
+    for kind, lua in (("py", staging_lua()), ("rsync", man_page_example()),
+                      ("slurm", man_page_example())):
         conf = work / f"conf-{kind}"
         conf.mkdir(exist_ok=True)
         for f in CONFIGLESS.iterdir():
             if f.is_file() and f.name != "scrun.lua":
                 shutil.copy(f, conf / f.name)
         (conf / "scrun.lua").write_text(lua)
-        exe = SCRUN if kind == "py" else str(SLURM_BIN / "scrun")
+        exe = str(SLURM_BIN / "scrun") if kind == "slurm" else SCRUN
         # podman passes no --root; Slurm's scrun will not guess one as root
         (conf / "runtime").write_text(
             f"#!/bin/sh\n[ -n \"$XDG_RUNTIME_DIR\" ] || set -- --root {conf}/root \"$@\"\n"
@@ -153,14 +163,16 @@ class Engines:
         (self.work / "containers.conf").write_text(
             '[containers]\nnetns = "none"\n\n[engine.runtimes]\n'
             f'slurm = ["{self.confs["py"]}/runtime"]\n'
+            f'slurm-rsync = ["{self.confs["rsync"]}/runtime"]\n'
             f'slurm-scrun = ["{self.confs["slurm"]}/runtime"]\n')
         self.podman_env = {"PATH": path, "HOME": "/root",
                            "CONTAINERS_CONF": str(self.work / "containers.conf")}
         ddir = IMAGES_DIR / "dockerd"
         ddir.mkdir(parents=True, exist_ok=True)
         (ddir / "daemon.json").write_text(json.dumps({"runtimes": {
-            "slurm": {"path": f"{self.confs['py']}/runtime"},
-            "slurm-scrun": {"path": f"{self.confs['slurm']}/runtime"}}}))
+            name: {"path": exe, "runtimeArgs": ["-f", f"{self.confs[kind]}/slurm.conf"]}
+            for name, kind, exe in (("slurm", "py", SCRUN), ("slurm-rsync", "rsync", SCRUN),
+                                    ("slurm-scrun", "slurm", str(SLURM_BIN / "scrun")))}}))
         sock = self.work / "docker.sock"
         self.docker_env = {"PATH": path, "HOME": "/root", "DOCKER_HOST": f"unix://{sock}"}
         with open(self.work / "dockerd.log", "wb") as log:
@@ -219,11 +231,25 @@ class Engines:
         return [*argv, "--rm", ref, "true"], env
 
 
-def run_once(argv: list[str], env: dict[str, str], cpu: Cpu) -> tuple[float, float]:
-    """Wall and login-node CPU seconds of one call."""
+def run_once(argv: list[str], env: dict[str, str], cpu: Cpu,
+             work: Path) -> tuple[float, float]:
+    """Wall and login-node CPU seconds of one `run` (argv: up to the image); a run that
+    takes more than RUN_S is a hang (Hang): its anchor and job are ended, its container
+    removed."""
+    cidfile = work / f"run-{time.monotonic_ns()}.cid"
+    argv = [*argv[:2], "--cidfile", str(cidfile), *argv[2:]]
     c0, t0 = cpu.now(), time.perf_counter()
-    res = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.PIPE, timeout=RUN_S, check=False)
+    try:
+        res = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             timeout=RUN_S, check=False)
+    except subprocess.TimeoutExpired as exc:
+        engine_id = cidfile.read_text().strip() if cidfile.exists() else ""
+        if engine_id:
+            end_container(engine_id, dict(os.environ))
+            subprocess.run([argv[0], "rm", "-f", engine_id], env=env, capture_output=True,
+                           check=False, timeout=RUN_S)
+        raise Hang(" ".join(argv)) from exc
     wall, used = time.perf_counter() - t0, (cpu.now() - c0) / 1e9
     if res.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)}: {res.stderr.decode()[-800:]}")
@@ -236,6 +262,7 @@ def cache_dir(uid: int = 0) -> Path:
 
 def forget_cache(uid: int = 0) -> None:
     """The staging script's cache of the job user emptied: the next run is a first run."""
+    shutil.rmtree(cache_dir(uid) / "known", ignore_errors=True)
     entries = cache_dir(uid) / "entries"
     if entries.is_dir():
         for entry in entries.iterdir():
@@ -257,41 +284,90 @@ def med(values: list[float]) -> float | None:
 # ------------------------------------------------------------------ rows
 
 
-def timing_rows(eng: Engines, cpu: Cpu, n: int, first_n: int) -> list[dict[str, object]]:
-    """Per engine and image: first and warm runs of the three runtimes, interleaved."""
-    rows: list[dict[str, object]] = []
-    for image, what in IMAGES.items():
+@dataclass
+class _Group:
+    """The samples of one engine and image, per (first or warm, runtime)."""
+
+    eng: Engines
+    cpu: Cpu
+    tool: str
+    image: str
+    walls: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    cpus: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    hangs: dict[str, int] = field(default_factory=dict)
+
+    def sample(self, kind: str, who: str) -> None:
+        if who in GIVEN_UP or self.hangs.get(who, 0) >= 2:
+            return
+        argv, env = self.eng.argv(self.tool, RUNTIMES[who], self.image)
+        try:
+            w, c = run_once(argv, env, self.cpu, self.eng.work)
+        except (Hang, RuntimeError) as exc:
+            self.hangs[who] = self.hangs.get(who, 0) + 1
+            print(f"[images] {self.tool} {self.image} {who} {kind}: failed or hung: "
+                  f"{str(exc)[-300:]}", flush=True)
+            return
+        self.walls.setdefault((kind, who), []).append(w)
+        self.cpus.setdefault((kind, who), []).append(c)
+        print(f"[images] {self.tool} {self.image} {who} {kind}: {w:.2f} s, cpu {c:.2f} s",
+              flush=True)
+
+    def row(self, kind: str) -> dict[str, object]:
+        row: dict[str, object] = {"name": f"{self.tool} run --rm {self.image} true "
+                                          f"({IMAGES[self.image]}), {kind} run"}
+        for who in RUNTIMES:
+            w = self.walls.get((kind, who), [])
+            row[who] = {"median_s": med(w), "min_s": min(w, default=None),
+                        "max_s": max(w, default=None), "n": len(w),
+                        "cpu_median_s": med(self.cpus.get((kind, who), [])),
+                        "hangs_in_image_and_engine": self.hangs.get(who, 0)}
+        return row
+
+
+def timing_rows(eng: Engines, cpu: Cpu, n: int, first_n: int,
+                rows: list[dict[str, object]], save: Callable[[], None]) -> None:
+    """Per engine and image: first and warm runs of the three runtimes, interleaved;
+    each pair of rows added to `rows` and saved as soon as it is measured."""
+    for image in IMAGES:
         for tool in ("docker", "podman"):
-            walls: dict[tuple[str, str], list[float]] = {}
-            cpus: dict[tuple[str, str], list[float]] = {}
-
-            def sample(kind: str, who: str, wl: dict[tuple[str, str], list[float]] = walls,
-                       cl: dict[tuple[str, str], list[float]] = cpus, t: str = tool,
-                       im: str = image) -> None:
-                argv, env = eng.argv(t, RUNTIMES[who], im)
-                w, c = run_once(argv, env, cpu)
-                wl.setdefault((kind, who), []).append(w)
-                cl.setdefault((kind, who), []).append(c)
-                print(f"[images] {t} {im} {who} {kind}: {w:.2f} s, cpu {c:.2f} s",
-                      flush=True)
-
+            group = _Group(eng, cpu, tool, image)
             for _ in range(first_n):
                 forget_cache()
                 for who in RUNTIMES:
-                    sample("first", who)
+                    group.sample("first", who)
             for _ in range(n):
                 for who in RUNTIMES:
-                    sample("warm", who)
-            for kind in ("first", "warm"):
-                row: dict[str, object] = {"name": f"{tool} run --rm {image} true "
-                                                  f"({what}), {kind} run"}
-                for who in RUNTIMES:
-                    w = walls.get((kind, who), [])
-                    row[who] = {"median_s": med(w), "min_s": min(w, default=None),
-                                "max_s": max(w, default=None), "n": len(w),
-                                "cpu_median_s": med(cpus.get((kind, who), []))}
-                rows.append(row)
-    return rows
+                    group.sample("warm", who)
+            rows += [group.row("first"), group.row("warm")]
+            save()
+
+
+def probe_slurm_scrun(eng: Engines) -> dict[str, object]:
+    """One `docker run` of the small image through Slurm's scrun with the example, bounded
+    by 30 s: where it fails or hangs (26.05 on the site cluster: the example's stage_in
+    fails in Slurm's Lua with "invalid key to 'next'", and `create` never returns), its
+    rows are left out and the example runs through scrun-py only.  (30 s: the small
+    image's staging takes about a second.)"""
+    argv, env = eng.argv("docker", "slurm-scrun", "scrun-bench-py")
+    cidfile = eng.work / "probe.cid"
+    argv = [*argv[:2], "--cidfile", str(cidfile), *argv[2:]]
+    t0 = time.perf_counter()
+    try:
+        res = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                             text=True, timeout=30, check=False)
+        out = {"exit": res.returncode, "stderr": res.stderr[-400:]}
+    except subprocess.TimeoutExpired:
+        out = {"exit": None, "stderr": "no answer in 30 s"}
+        engine_id = cidfile.read_text().strip() if cidfile.exists() else ""
+        if engine_id:
+            end_container(engine_id, dict(os.environ))
+            subprocess.run(["docker", "rm", "-f", engine_id], env=env, capture_output=True,
+                           check=False, timeout=RUN_S)
+    out["wall_s"] = round(time.perf_counter() - t0, 2)
+    if out["exit"] != 0:
+        GIVEN_UP.add("Slurm's scrun")
+    print(f"[images] Slurm's scrun probe: {out}", flush=True)
+    return out
 
 
 def scratch_rows(eng: Engines) -> list[dict[str, object]]:
@@ -303,7 +379,7 @@ def scratch_rows(eng: Engines) -> list[dict[str, object]]:
         for tool in ("docker", "podman"):
             row: dict[str, object] = {"name": f"{tool} {image}: KB on the scratch"}
             for who, rt in RUNTIMES.items():
-                if rt is None:
+                if rt is None or who in GIVEN_UP:
                     continue
                 got = {}
                 for kind in ("first", "warm"):
@@ -360,39 +436,49 @@ def concurrent_row(eng: Engines, cpu: Cpu, image: str, tool: str,
 
 
 def print_rows(rows: list[dict[str, object]]) -> None:
-    print("\n| row | plain | scrun-py | Slurm's scrun | scrun-py / Slurm's |")
-    print("|---|---|---|---|---|")
+    print("\n| row | plain | scrun-py | rsync example | Slurm's scrun | scrun-py / example |")
+    print("|---|---|---|---|---|---|")
     for row in rows:
         cells = []
         for who in RUNTIMES:
             d = row.get(who) or {}
             assert isinstance(d, dict)
             cells.append(f"{d.get('median_s')} s (cpu {d.get('cpu_median_s')} s)")
-        py, sl = (row.get("scrun-py") or {}), (row.get("Slurm's scrun") or {})
+        py, sl = (row.get("scrun-py") or {}), (row.get("rsync example") or {})
         assert isinstance(py, dict) and isinstance(sl, dict)
         ratio = (f"{py['median_s'] / sl['median_s']:.2f}x"
                  if py.get("median_s") and sl.get("median_s") else "-")
         print(f"| {row['name']} | {' | '.join(cells)} | {ratio} |")
 
 
-def images_rows(ctx: Ctx, first_n: int = 2,
-                say: Callable[[str], None] = print) -> dict[str, object]:
-    """Every row of this bench; the engines started and stopped around them."""
+def images_rows(ctx: Ctx, first_n: int,
+                save: Callable[[dict[str, object]], None]) -> dict[str, object]:
+    """Every row of this bench, saved as they come (`save`: a bench cut short by its
+    time limit keeps what it measured); the engines started and stopped around them."""
     if not CONFIGLESS.is_dir() or os.environ.get("SCRUN_TEST_SITE") != "1":
         raise SystemExit("not the site cluster: scripts/cluster.sh up --slurm R --nodes 3 "
                          "and the environment `cluster.sh env` prints")
     cpu = Cpu()
     cpu.enter()
     eng = Engines(ctx.work, site_confs(ctx.work))
+    rows: list[dict[str, object]] = []
+    scratch: list[dict[str, object]] = []
+    conc: list[dict[str, object]] = []
+    got: dict[str, object] = {"rows": rows, "scratch": scratch, "concurrent": conc}
+    # a time limit's SIGTERM: the engines are still stopped (finally)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         eng.start()
-        say("[images] engines up, images in")
-        rows = timing_rows(eng, cpu, ctx.n, first_n)
+        print("[images] engines up, images in", flush=True)
+        got["slurm_scrun_probe"] = probe_slurm_scrun(eng)
+        timing_rows(eng, cpu, ctx.n, first_n, rows, lambda: save(got))
         print_rows(rows)
-        scratch = scratch_rows(eng)
-        conc = [concurrent_row(eng, cpu, "scrun-bench-conda", tool)
-                for tool in ("docker", "podman")]
+        conc.extend(concurrent_row(eng, cpu, "scrun-bench-conda", tool)
+                    for tool in ("docker", "podman"))
+        save(got)
+        scratch.extend(scratch_rows(eng))
+        save(got)
     finally:
         eng.stop()
         cpu.leave()
-    return {"rows": rows, "scratch": scratch, "concurrent": conc, "hang_s": HANG_S}
+    return got
