@@ -74,7 +74,8 @@ def _prepare(spec: AnchorSpec, log: Logger) -> Lifecycle:
     backend = choice.backend_for(choice.mode_of(environ), str(slurm_conf), choice.CliOptions(
         srun_path=oci_conf.srun_path, srun_args=tuple(oci_conf.srun_args),
         # IgnoreFileConfigJson: the runtime does not know the container by our bundle
-        runtime_kill=None if oci_conf.ignore_file_config_json else oci_conf.runtime_kill),
+        runtime_kill=None if oci_conf.ignore_file_config_json else oci_conf.runtime_kill,
+        memo_dir=spec.root),
         log)
     job_opts = job_options(environ, spec.container_id)
     for name in job_opts.ignored:

@@ -179,13 +179,17 @@ class CliOptions(NamedTuple):
     srun_path: str = "srun"
     srun_args: tuple[str, ...] = ()
     runtime_kill: str | None = None
+    #: the directory (the caller's --root) where srun's release is remembered per binary
+    #: (slurm/release_memo.py); None: srun is asked every time
+    memo_dir: str | None = None
 
     def backend(self, version_probe: Callable[[], tuple[int, int] | None] | None = None,
                 ) -> cli_backend.CliSlurm:
         """The CLI backend; `version_probe` asks the Slurm release before srun does."""
         return cli_backend.CliSlurm(srun_path=self.srun_path, srun_args=self.srun_args,
                                     runtime_kill=self.runtime_kill,
-                                    version_probe=version_probe)
+                                    version_probe=version_probe,
+                                    memo_dir=self.memo_dir)
 
     def client_release(self) -> tuple[int, int] | None:
         """The release of the client commands (`srun --version`)."""

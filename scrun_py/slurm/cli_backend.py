@@ -91,9 +91,11 @@ class SrunStep:
 class CliSlurm:
     def __init__(self, *, salloc: str = "salloc", srun_path: str = "srun",
                  srun_args: Sequence[str] = (), runtime_kill: str | None = None,
-                 version_probe: Callable[[], tuple[int, int] | None] | None = None) -> None:
+                 version_probe: Callable[[], tuple[int, int] | None] | None = None,
+                 memo_dir: str | None = None) -> None:
         """`version_probe`: asks the Slurm release another way first (srun --version when
-        it answers None)."""
+        it answers None).  `memo_dir`: where srun's answer is remembered per binary
+        (slurm/release_memo.py); None asks srun every time."""
         self._salloc = salloc
         self._srun = srun_path
         self._srun_args = list(srun_args)
@@ -101,6 +103,7 @@ class CliSlurm:
         self._version: tuple[int, int] = OLDEST
         self._version_known: threading.Event | None = None
         self._version_probe = version_probe
+        self._memo_dir = memo_dir
         self._jobs = SallocHolder(salloc, self.cancel)
         self._paths: dict[str, str] = {}  # _program's answers
 
@@ -337,7 +340,21 @@ class CliSlurm:
         known = self._version_probe() if self._version_probe is not None else None
         if known is not None:
             return known
-        return client_release(self._srun) or OLDEST
+        if self._memo_dir is None:
+            return client_release(self._srun) or OLDEST
+        from scrun_py.slurm import release_memo
+
+        memo = release_memo.memo_path(self._memo_dir)
+        try:
+            key = release_memo.binary_key(self._program(self._srun))
+        except SlurmError:
+            key = None
+        known = release_memo.recall(memo, key) if key else None
+        if known is None:
+            known = client_release(self._srun)
+            if known is not None and key:
+                release_memo.remember(memo, key, known)
+        return known or OLDEST
 
     @staticmethod
     def _run(argv: Sequence[str], env: dict[str, str] | None = None,

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from scrun_py.slurm import release_memo
+
 STATE = Path(os.environ.get("SCRUN_TEST_STATE", "/var/lib/scrun-py-test"))
 # the controller's slurm.conf; on the site cluster (SCRUN_TEST_SITE=1, scripts/cluster.sh
 # up --nodes N on 23.11+) the login node has none: its clients are configless (sackd)
@@ -554,12 +556,18 @@ def is_anchor_of(root: Path, cmdline: bytes, environ: Callable[[], bytes]) -> bo
             and f"\0SCRUN_ROOT={root}\0".encode() in b"\0" + environ())
 
 
+def spool_entries(root: Path) -> list[Path]:
+    """What `root` (a --root directory) holds besides the memo of srun's release, which
+    the anchor keeps there for every later container (slurm/release_memo.py)."""
+    return [p for p in root.iterdir() if p.name != release_memo.MEMO_NAME]
+
+
 def traces(env: Env, cid: str = "") -> list[str]:
     """Everything a failed or deleted container may leave: spool dirs, pid files,
     anchors, unfinished jobs of this test.  Must be empty."""
     found: list[str] = []
     if env.root.exists():
-        found += [f"spool entry {p}" for p in env.root.iterdir()]
+        found += [f"spool entry {p}" for p in spool_entries(env.root)]
     if cid and (env.work / f"{cid}.pid").exists():
         found.append("pid file")
     found += [f"anchor process {pid}" for pid in anchor_processes(env)]

@@ -34,6 +34,7 @@ from tests.e2e.conftest import (
     is_anchor_of,
     proc_file,
     scontrol_job,
+    spool_entries,
     squeue,
     wait_until,
 )
@@ -234,7 +235,7 @@ def leftovers(eng: Engine, jobs_before: set[str], wait_s: float = 30) -> list[st
         found = [f"job {j}" for j in sorted(_our_jobs(eng) - jobs_before)]
         found += [f"anchor {a[:120]}" for a in _anchors(eng)]
         if eng.root.is_dir():
-            found += [f"spool dir {p}" for p in eng.root.iterdir()]
+            found += [f"spool dir {p}" for p in spool_entries(eng.root)]
         if eng.staging.is_dir():
             found += [f"staged rootfs {p}" for p in eng.staging.iterdir()]
         if not found or time.monotonic() > deadline:

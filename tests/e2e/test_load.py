@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import Env, traces
+from tests.e2e.conftest import Env, spool_entries, traces
 
 pytestmark = pytest.mark.e2e
 
@@ -67,7 +67,7 @@ class TestLoad:
         assert [] == wrong
         assert [] == [r for r in env.errors() if r.get("level") == "error"]
         assert [] == traces(env)
-        assert not env.root.exists() or [] == list(env.root.iterdir())
+        assert not env.root.exists() or [] == spool_entries(env.root)
         shutil.rmtree(env.work / "base", ignore_errors=True)
 
     @pytest.mark.case("L-02")

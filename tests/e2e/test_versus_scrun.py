@@ -47,6 +47,7 @@ from tests.e2e.conftest import (
     scontrol_job,
     slurm_env,
     slurm_release,
+    spool_entries,
     wait_anchor,
 )
 
@@ -231,7 +232,7 @@ class Side:
         found: list[str] = []
         if self.root.exists():
             found += [f"{'dir' if p.is_dir() else 'file'} {p.name}"
-                      for p in sorted(self.root.iterdir())]
+                      for p in sorted(spool_entries(self.root))]
         if (self.env.work / f"{cid}.pid").exists():
             found.append("pid file")
         found += [f"process {comm}" for _, comm in _tagged(self.tag)]

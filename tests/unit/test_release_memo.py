@@ -1,0 +1,132 @@
+"""The release `srun --version` printed, remembered per srun binary in the caller's
+--root (slurm/release_memo.py): the anchor asks srun once per binary, not once per
+container, and never takes an answer it did not write for that binary."""
+
+# Expected value first, as everywhere in our tests (hence SIM300 is off for tests/).
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from scrun_py.base.errors import InvalidContainerId
+from scrun_py.base.records import NamedTuple
+from scrun_py.container.record import validate_id
+from scrun_py.slurm import release_memo
+from scrun_py.slurm.cli_backend import CliSlurm
+
+SRUN = """#!/bin/sh
+if [ "$1" = "--version" ]; then echo "version" >> "$ASKED"; echo "slurm $VERSION"; exit 0; fi
+exit 0
+"""
+
+
+class Srun(NamedTuple):
+    path: Path
+    asked: Path
+    root: Path
+
+
+@pytest.fixture
+def srun(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Srun:
+    path = tmp_path / "bin" / "srun"
+    path.parent.mkdir()
+    path.write_text(SRUN)
+    path.chmod(0o755)
+    root = tmp_path / "root"
+    root.mkdir(mode=0o700)
+    monkeypatch.setenv("ASKED", str(tmp_path / "asked"))
+    monkeypatch.setenv("VERSION", "24.11.1")
+    return Srun(path, tmp_path / "asked", root)
+
+
+def release_of(srun: Srun) -> tuple[int, int]:
+    return CliSlurm(srun_path=str(srun.path), memo_dir=str(srun.root))._slurm_version()
+
+
+def times_asked(srun: Srun) -> int:
+    return len(srun.asked.read_text().splitlines()) if srun.asked.exists() else 0
+
+
+def test_srun_is_asked_once_per_binary(srun: Srun) -> None:
+    assert (24, 11) == release_of(srun)
+    assert (24, 11) == release_of(srun)
+    assert (24, 11) == release_of(srun)
+    assert 1 == times_asked(srun)
+    assert [release_memo.MEMO_NAME] == os.listdir(srun.root)
+
+
+def test_a_new_binary_is_asked_again(srun: Srun, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert (24, 11) == release_of(srun)
+    # an upgrade: the binary is replaced (new inode, mtime)
+    monkeypatch.setenv("VERSION", "25.11.0")
+    new = srun.path.with_name("srun.new")
+    new.write_text(SRUN + "\n")
+    new.chmod(0o755)
+    new.rename(srun.path)
+    assert (25, 11) == release_of(srun)
+    assert 2 == times_asked(srun)
+
+
+def test_without_a_memo_dir_srun_is_asked_every_time(srun: Srun) -> None:
+    for _ in range(2):
+        assert (24, 11) == CliSlurm(srun_path=str(srun.path))._slurm_version()
+    assert 2 == times_asked(srun)
+    assert [] == os.listdir(srun.root)
+
+
+def test_a_failed_answer_is_not_remembered(srun: Srun, monkeypatch: pytest.MonkeyPatch
+                                           ) -> None:
+    monkeypatch.setenv("VERSION", "garbage")
+    release_of(srun)
+    assert [] == os.listdir(srun.root)
+
+
+@pytest.mark.parametrize("text", [
+    "{key}\t99.1\nmore\n",  # not one line: not the key's
+    "other\t99.1\n",         # another binary's
+    "{key}\t99\n",           # not major.minor
+    "{key}\tx.y\n",
+    "{key}99.1\n",           # no separator
+])
+def test_a_memo_that_is_not_the_binarys_is_not_taken(srun: Srun, text: str) -> None:
+    key = release_memo.binary_key(str(srun.path))
+    assert key is not None
+    (srun.root / release_memo.MEMO_NAME).write_text(text.format(key=key))
+    assert (24, 11) == release_of(srun)
+    assert 1 == times_asked(srun)
+
+
+def test_a_planted_symlink_or_fifo_is_not_read(srun: Srun, tmp_path: Path) -> None:
+    key = release_memo.binary_key(str(srun.path))
+    planted = tmp_path / "planted"
+    planted.write_text(f"{key}\t99.1\n")
+    memo = srun.root / release_memo.MEMO_NAME
+    memo.symlink_to(planted)
+    assert release_memo.recall(str(memo), str(key)) is None
+    memo.unlink()
+    os.mkfifo(memo)
+    assert release_memo.recall(str(memo), str(key)) is None  # and does not block
+
+
+def test_an_oversized_memo_is_not_read(srun: Srun) -> None:
+    key = str(release_memo.binary_key(str(srun.path)))
+    memo = srun.root / release_memo.MEMO_NAME
+    memo.write_text(f"{key}\t99.1\n" + "x" * 5000)
+    assert release_memo.recall(str(memo), key) is None
+
+
+def test_a_memo_that_cannot_be_written_only_costs_the_question(srun: Srun) -> None:
+    gone = srun.root / "gone"  # a --root removed under the anchor
+    for _ in range(2):
+        assert (24, 11) == CliSlurm(srun_path=str(srun.path),
+                                    memo_dir=str(gone))._slurm_version()
+    assert 2 == times_asked(srun)
+    assert not gone.exists()
+
+
+def test_the_memo_name_is_no_container_id() -> None:
+    with pytest.raises(InvalidContainerId):
+        validate_id(release_memo.MEMO_NAME)
