@@ -346,13 +346,20 @@ local function key_commands(paths_in_rootfs, key_kind)
     table.insert(lines, "find . " .. prune .. [[-type f -printf '%p\t%i\t%C@\0' ]]
                  .. '| LC_ALL=C sort -z | cat -- "$S/key-list" - | sha256sum '
                  .. '| cut -c1-64 > "$S/key-known"')
+    -- Containers of one new image started at once read it once: the others wait for the
+    -- lock of $K.lock and then find the key.
+    table.insert(lines, 'mkdir -p -- "$C/known"')
     table.insert(lines, 'K=$C/known/$(cat -- "$S/key-known")')
     table.insert(lines, table.concat({
-      'if key=$(cat -- "$K" 2>/dev/null) && [ ${#key} = 64 ]; then touch -- "$K"; else',
-      "find . " .. prune .. '-type f -print0 | LC_ALL=C sort -z '
+      'known() { key=$(cat -- "$K" 2>/dev/null) && [ ${#key} = 64 ]; }',
+      'if known; then touch -- "$K"; else',
+      '  exec 7>>"$K.lock" && flock 7 && { known || {',
+      "  find . " .. prune .. '-type f -print0 | LC_ALL=C sort -z '
         .. '| xargs -0 -r sha256sum -- >> "$S/key-list" &&',
-      "key=" .. digest .. " &&",
-      'mkdir -p -- "$C/known" && printf "%s\n" "$key" > "$K.$$" && mv -f -- "$K.$$" "$K"; fi',
+      "  key=" .. digest .. " &&",
+      '  printf "%s\n" "$key" > "$K.$$" && mv -f -- "$K.$$" "$K"; }; }',
+      '  _r=$?; rm -f -- "$K.lock"; exec 7>&-; [ "$_r" = 0 ]',
+      'fi',
     }, "\n"))
   else
     table.insert(lines, "key=" .. digest)
