@@ -193,7 +193,7 @@ class CliOptions(NamedTuple):
 
     def client_release(self) -> tuple[int, int] | None:
         """The release of the client commands (`srun --version`)."""
-        return cli_backend.client_release(self.srun_path)
+        return cli_backend.client_release(self.srun_path, self.memo_dir)
 
 
 class Decision:

@@ -340,21 +340,7 @@ class CliSlurm:
         known = self._version_probe() if self._version_probe is not None else None
         if known is not None:
             return known
-        if self._memo_dir is None:
-            return client_release(self._srun) or OLDEST
-        from scrun_py.slurm import release_memo
-
-        memo = release_memo.memo_path(self._memo_dir)
-        try:
-            key = release_memo.binary_key(self._program(self._srun))
-        except SlurmError:
-            key = None
-        known = release_memo.recall(memo, key) if key else None
-        if known is None:
-            known = client_release(self._srun)
-            if known is not None and key:
-                release_memo.remember(memo, key, known)
-        return known or OLDEST
+        return client_release(self._srun, self._memo_dir) or OLDEST
 
     @staticmethod
     def _run(argv: Sequence[str], env: dict[str, str] | None = None,
@@ -362,8 +348,29 @@ class CliSlurm:
         return runner.checked(argv, env=env, timeout_s=timeout_s)
 
 
-def client_release(srun_path: str = "srun") -> tuple[int, int] | None:
-    """The release of the client commands (`srun --version`); None when it cannot tell."""
+def client_release(srun_path: str = "srun", memo_dir: str | None = None,
+                   ) -> tuple[int, int] | None:
+    """The release of the client commands (`srun --version`); None when it cannot tell.
+    With `memo_dir` (the caller's --root), srun's answer is remembered there per binary
+    and srun is asked only when the memo is for another binary (slurm/release_memo.py)."""
+    if memo_dir is None:
+        return _ask_release(srun_path)
+    from scrun_py.slurm import release_memo
+
+    memo = release_memo.memo_path(memo_dir)
+    try:
+        key = release_memo.binary_key(procs.resolve_program(srun_path, os.environ))
+    except OSError:
+        key = None
+    known = release_memo.recall(memo, key) if key else None
+    if known is None:
+        known = _ask_release(srun_path)
+        if known is not None and key:
+            release_memo.remember(memo, key, known)
+    return known
+
+
+def _ask_release(srun_path: str) -> tuple[int, int] | None:
     try:
         res = CliSlurm._run(slurm_argv.build_version_argv(srun_path), timeout_s=15)
     except SlurmError:

@@ -15,6 +15,7 @@ from scrun_py.base.errors import InvalidContainerId
 from scrun_py.base.records import NamedTuple
 from scrun_py.container.record import validate_id
 from scrun_py.slurm import release_memo
+from scrun_py.slurm.choice import CliOptions
 from scrun_py.slurm.cli_backend import CliSlurm
 
 SRUN = """#!/bin/sh
@@ -130,3 +131,13 @@ def test_a_memo_that_cannot_be_written_only_costs_the_question(srun: Srun) -> No
 def test_the_memo_name_is_no_container_id() -> None:
     with pytest.raises(InvalidContainerId):
         validate_id(release_memo.MEMO_NAME)
+
+
+def test_the_backend_choice_asks_through_the_memo_too(srun: Srun) -> None:
+    """`auto` with pyslurm installed compares pyslurm's release with srun's
+    (slurm/choice.py Decision): that question goes through the memo as well."""
+    options = CliOptions(srun_path=str(srun.path), memo_dir=str(srun.root))
+    assert (24, 11) == options.client_release()
+    assert (24, 11) == release_of(srun)
+    assert (24, 11) == options.client_release()
+    assert 1 == times_asked(srun)
