@@ -40,9 +40,11 @@ out = {"pid": holder.pid, "parent": os.getpid(),
        "ppid": int(st.split("PPid:")[1].split()[0]),
        "nspid": st.split("NSpid:")[1].split("\n")[0].split(),
        "comm": open(f"/proc/{holder.pid}/comm").read().strip(),
+       "exe": os.readlink(f"/proc/{holder.pid}/exe"),
        "net": os.readlink(f"/proc/{holder.pid}/ns/net") != os.readlink("/proc/self/ns/net"),
        "mnt": os.readlink(f"/proc/{holder.pid}/ns/mnt") != os.readlink("/proc/self/ns/mnt"),
-       "fds": sorted(os.listdir(f"/proc/{holder.pid}/fd"))}
+       "fds": sorted(os.readlink(f"/proc/{holder.pid}/fd/{fd}")
+                     for fd in os.listdir(f"/proc/{holder.pid}/fd"))}
 mode = sys.argv[1]
 if mode == "signals":
     for sig in (signal.SIGUSR1, signal.SIGTERM, signal.SIGWINCH):
@@ -81,6 +83,8 @@ class TestHolder:
         assert out["ppid"] == out["parent"]  # the middle process exited: reparented
         assert "1" == out["nspid"][-1]  # type: ignore[index]
         assert nsholder.COMM == out["comm"]
+        # the waiter is a shell, not the interpreter the anchor runs
+        assert os.path.realpath(nsholder.SHELL) == out["exe"]
         assert out["net"] and out["mnt"]
         assert 7 == out["status"]
         assert out["alive"] and not out["alive_after"]
@@ -92,8 +96,11 @@ class TestHolder:
 
     def test_keeps_only_its_own_descriptors(self) -> None:
         out = _case("signals")
-        # stdio (/dev/null) and its two pipe ends: nothing of the anchor's
-        assert 5 == len(out["fds"])  # type: ignore[arg-type]
+        # /dev/null and its two pipe ends (the code pipe may be its stdin): nothing of
+        # the anchor's
+        fds: list[str] = out["fds"]  # type: ignore[assignment]
+        assert {"/dev/null"} == {fd for fd in fds if not fd.startswith("pipe:")}
+        assert 2 == len({fd for fd in fds if fd.startswith("pipe:")})
 
     def test_sigkill_is_seen_by_the_anchor(self) -> None:
         out = _case("kill")
@@ -103,6 +110,26 @@ class TestHolder:
     def test_anchor_gone_without_a_code_is_137(self) -> None:
         out = _case("lost")
         assert nsholder.ANCHOR_LOST_CODE == out["status"]
+
+
+class TestWaiterFallback:
+    def test_without_a_shell_the_holder_waits_itself(self, monkeypatch: pytest.MonkeyPatch,
+                                                     tmp_path: Path) -> None:
+        """Where SHELL cannot be run, the holder relays and waits in its own process, as
+        before: the same signals, the same exit code."""
+        case = CASE.replace("from scrun_py.anchor import nsholder\n",
+                            "from scrun_py.anchor import nsholder\n"
+                            f"nsholder.SHELL = {str(tmp_path / 'no-shell')!r}\n")
+        res = subprocess.run([sys.executable, "-c", case, "signals"], cwd=REPO,
+                             capture_output=True, text=True, timeout=60, check=False)
+        assert 0 == res.returncode, res.stderr
+        out = json.loads(res.stdout)
+        if "error" in out:
+            pytest.skip(f"namespaces cannot be made here: {out['error']}")
+        assert os.path.realpath(sys.executable) == out["exe"]
+        assert nsholder.COMM == out["comm"]
+        assert [signal.SIGUSR1, signal.SIGTERM] == out["seen"]
+        assert 7 == out["status"]
 
 
 class TestPure:
