@@ -63,6 +63,8 @@ RUNTIMES = {"plain": None, "scrun-py": "slurm", "rsync example": "slurm-rsync",
 CGROUP = Path("/sys/fs/cgroup/cpuacct")
 #: runtimes left out of the rows: Slurm's scrun when its probe failed (probe_slurm_scrun)
 GIVEN_UP: set[str] = set()
+#: the engines of the rows (run.py --tools)
+TOOLS: list[str] = ["docker", "podman"]
 RUN_S = 150  # one `run` of the 1 GB image through a copy takes tens of seconds
 
 
@@ -329,7 +331,7 @@ def timing_rows(eng: Engines, cpu: Cpu, n: int, first_n: int,
     """Per engine and image: first and warm runs of the three runtimes, interleaved;
     each pair of rows added to `rows` and saved as soon as it is measured."""
     for image in IMAGES:
-        for tool in ("docker", "podman"):
+        for tool in TOOLS:
             group = _Group(eng, cpu, tool, image)
             for _ in range(first_n):
                 forget_cache()
@@ -376,7 +378,7 @@ def scratch_rows(eng: Engines) -> list[dict[str, object]]:
     rows: list[dict[str, object]] = []
     user_dir = SCRATCH / "0"
     for image in IMAGES:
-        for tool in ("docker", "podman"):
+        for tool in TOOLS:
             row: dict[str, object] = {"name": f"{tool} {image}: KB on the scratch"}
             for who, rt in RUNTIMES.items():
                 if rt is None or who in GIVEN_UP:
@@ -458,6 +460,9 @@ def images_rows(ctx: Ctx, first_n: int,
     if not CONFIGLESS.is_dir() or os.environ.get("SCRUN_TEST_SITE") != "1":
         raise SystemExit("not the site cluster: scripts/cluster.sh up --slurm R --nodes 3 "
                          "and the environment `cluster.sh env` prints")
+    # podman runs the runtime in its own working directory, and the job's steps start
+    # there: a directory the nodes have (not the work directory in the login node's /tmp)
+    os.chdir("/")
     cpu = Cpu()
     cpu.enter()
     eng = Engines(ctx.work, site_confs(ctx.work))
@@ -473,8 +478,7 @@ def images_rows(ctx: Ctx, first_n: int,
         got["slurm_scrun_probe"] = probe_slurm_scrun(eng)
         timing_rows(eng, cpu, ctx.n, first_n, rows, lambda: save(got))
         print_rows(rows)
-        conc.extend(concurrent_row(eng, cpu, "scrun-bench-conda", tool)
-                    for tool in ("docker", "podman"))
+        conc.extend(concurrent_row(eng, cpu, "scrun-bench-conda", tool) for tool in TOOLS)
         save(got)
         scratch.extend(scratch_rows(eng))
         save(got)

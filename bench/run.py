@@ -40,7 +40,7 @@ import subprocess
 import tempfile
 import time
 
-from bench import backends, site_install
+from bench import backends, images, site_install
 from bench.common import (
     HANG_S,
     RESULTS,
@@ -56,7 +56,6 @@ from bench.common import (
 )
 from bench.engines import engine_rows, exec_rows
 from bench.floors import Floors, container_rows, short_command_rows
-from bench.images import images_rows
 from bench.load import concurrent_runs, lifecycles
 from bench.memory import memory
 from bench.stats import print_load_rows, print_rows, print_target_table, print_versus
@@ -87,6 +86,9 @@ def parse_args() -> argparse.Namespace:
                     help="only the real-size images through the staging scripts on the "
                          "site cluster (bench/images.py), written to "
                          "results/images-RELEASE.json")
+    ap.add_argument("--tools", default="docker,podman",
+                    help="--images: the engines, comma-separated (another set than both "
+                         "writes results/images-RELEASE-TOOLS.json)")
     ap.add_argument("--first", type=int, default=2,
                     help="--images: first runs (the staging cache emptied) per runtime")
     ap.add_argument("--install", choices=("site", "venv"), default="site",
@@ -150,10 +152,14 @@ def versus_only(ctx: Ctx, engines: bool) -> None:
     write_results("versus.json", versus_slurm_scrun=versus)
 
 
-def images_only(ctx: Ctx, first: int) -> None:
-    got = images_rows(ctx, first)
-    release = os.environ.get("SCRUN_TEST_SLURM", "unknown")
-    write_results(f"images-{release}.json", slurm=slurm_version(ctx.env), **got)
+def images_only(ctx: Ctx, first: int, tools: str) -> None:
+    images.TOOLS[:] = tools.split(",")
+    name = f"images-{os.environ.get('SCRUN_TEST_SLURM', 'unknown')}"
+    if tools != "docker,podman":
+        name += "-" + tools.replace(",", "-")
+    version = slurm_version(ctx.env)
+    images.images_rows(ctx, first, lambda got: write_results(f"{name}.json", slurm=version,
+                                                               **got))
 
 
 def everything(ctx: Ctx, opts: argparse.Namespace) -> None:
@@ -192,7 +198,7 @@ def main() -> None:
     elif opts.backends_only:
         backends_only(ctx)
     elif opts.images:
-        images_only(ctx, opts.first)
+        images_only(ctx, opts.first, opts.tools)
     elif opts.versus_only:
         versus_only(ctx, not opts.skip_engines)
     else:
