@@ -40,7 +40,7 @@ import subprocess
 import tempfile
 import time
 
-from bench import backends, images, site_install
+from bench import backends, crowd, images, site_install
 from bench.common import (
     HANG_S,
     RESULTS,
@@ -89,6 +89,10 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--tools", default="docker,podman",
                     help="--images: the engines, comma-separated (another set than both "
                          "writes results/images-RELEASE-TOOLS.json)")
+    ap.add_argument("--crowd", type=int, default=0, metavar="N",
+                    help="only the login node's memory with N containers of sleep running "
+                         "through scrun-py, then through Slurm's scrun (bench/crowd.py), "
+                         "written to results/crowd-RELEASE.json")
     ap.add_argument("--first", type=int, default=2,
                     help="--images: first runs (the staging cache emptied) per runtime")
     ap.add_argument("--install", choices=("site", "venv"), default="site",
@@ -162,6 +166,15 @@ def images_only(ctx: Ctx, first: int, tools: str) -> None:
                                                                **got))
 
 
+def crowd_only(ctx: Ctx, count: int) -> None:
+    if not slurm_scrun():
+        raise SystemExit(f"no Slurm scrun in {SLURM_BIN}")
+    row = crowd.crowd_rows(ctx, versus_conf(ctx.work), count)
+    crowd.print_row(row)
+    write_results(f"crowd-{os.environ.get('SCRUN_TEST_SLURM', 'unknown')}.json",
+                  slurm=slurm_version(ctx.env), crowd=row)
+
+
 def everything(ctx: Ctx, opts: argparse.Namespace) -> None:
     """Both tables, the backends and the targets; bench/results/latest.json."""
     floors = Floors(ctx, str(ctx.work / "root"))
@@ -199,6 +212,8 @@ def main() -> None:
         backends_only(ctx)
     elif opts.images:
         images_only(ctx, opts.first, opts.tools)
+    elif opts.crowd:
+        crowd_only(ctx, opts.crowd)
     elif opts.versus_only:
         versus_only(ctx, not opts.skip_engines)
     else:

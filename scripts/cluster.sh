@@ -257,9 +257,9 @@ CONF
         else
             echo "NodeName=$h NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem State=UNKNOWN"
         fi
-        # oversubscribed so the load tests (50 containers) and benchmarks (20 running at
-        # once) fit on a 2-CPU machine: CPUs x 32 job slots
-        echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:32"
+        # oversubscribed so the load tests (50 containers) and benchmarks (200 running at
+        # once: bench/crowd.py) fit on a 2-CPU machine: CPUs x 128 job slots
+        echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:128"
         echo "PartitionName=other Nodes=ALL Default=NO MaxTime=60 State=UP OverSubscribe=FORCE:32"
     } > "$STATE/slurm.conf.new"
     if [ -f "$STATE/slurm.conf" ] && ! cmp -s "$STATE/slurm.conf.new" "$STATE/slurm.conf"; then
