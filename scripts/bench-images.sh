@@ -156,6 +156,12 @@ remove() {
         done
     done < <(engines)
     if [ -d "$DIR" ]; then
+        # what a stopped private dockerd of the bench left mounted (its data root)
+        local m
+        for m in $(findmnt -rn -o TARGET | grep -F -- "$DIR/" | sort -r); do
+            log "unmounting $m"
+            umount "$m" 2>/dev/null || umount -l "$m"
+        done
         log "removing $DIR"
         rm -rf -- "$DIR"
     fi
