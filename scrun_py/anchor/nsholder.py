@@ -352,30 +352,30 @@ def _holder(libc: object, code_read: int, events_write: int, report: int,
 
 
 def waiter_script() -> str:
-    """WAITER's text: the relays (one trap per signal of RELAYED, which writes the
-    signal's number as one byte to the events pipe), `ok` on the report pipe once they
-    are set, then the exit code read from the code pipe (a read a relayed signal cuts
-    short is read on; EOF without a code is ANCHOR_LOST_CODE).  The descriptors are its
+    """WAITER's text, one line (tools print the pid's command line as a row: `podman
+    top`, `ps`): the relays (one trap per signal of RELAYED, which writes the signal's
+    number as one byte to the events pipe), `ok` on the report pipe once they are set,
+    then the exit code read from the code pipe (a read a relayed signal cuts short is
+    read on; EOF without a code is ANCHOR_LOST_CODE).  The descriptors are its
     arguments: code pipe (moved to stdin), events pipe, report pipe (closed after `ok`);
     $0 is the title (COMM)."""
-    traps = "".join(f"trap 's=1; printf \"\\{signum:03o}\" >&\"$E\"' {signum}\n"
-                    for signum in RELAYED)
-    return ("C=$1 E=$2 R=$3\n"
-            "trap '' 13\n"  # SIGPIPE: the anchor gone, the code pipe's EOF follows
-            f"{traps}"
-            "printf %s \"$0\" > /proc/self/comm 2>/dev/null\n"
-            "printf 'ok\\n' >&\"$R\"\n"
-            "eval \"exec $R>&- <&$C $C<&-\"\n"
-            "acc=\n"
-            "while :; do\n"
-            "  s= c=\n"
-            "  if IFS= read -r c; then acc=$acc$c; break; fi\n"
-            "  acc=$acc$c\n"
-            "  [ -n \"$s\" ] || break\n"
-            "done\n"
-            "case $acc in ''|*[!0-9]*) exit "
-            f"{ANCHOR_LOST_CODE};; esac\n"
-            "exit $((acc & 255))\n")
+    traps = [f"trap 's=1; printf \"\\{signum:03o}\" >&\"$E\"' {signum}"
+             for signum in RELAYED]
+    return "; ".join([
+        "C=$1 E=$2 R=$3",
+        "trap '' 13",  # SIGPIPE: the anchor gone, the code pipe's EOF follows
+        *traps,
+        "printf %s \"$0\" > /proc/self/comm 2>/dev/null",
+        "printf 'ok\\n' >&\"$R\"",
+        "eval \"exec $R>&- <&$C $C<&-\"",
+        "acc=",
+        "while :; do s= c=",
+        "if IFS= read -r c; then acc=$acc$c; break; fi",
+        "acc=$acc$c",
+        "[ -n \"$s\" ] || break",
+        "done",
+        f"case $acc in ''|*[!0-9]*) exit {ANCHOR_LOST_CODE};; esac",
+        "exit $((acc & 255))"])
 
 
 #: the shell the holder becomes (_exec_waiter runs it by this literal path, as every

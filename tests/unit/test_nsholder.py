@@ -133,6 +133,10 @@ class TestWaiterFallback:
 
 
 class TestPure:
+    def test_the_waiter_is_one_line(self) -> None:
+        """`podman top` and `ps` print the pid's command line as one row."""
+        assert 1 == len(nsholder.waiter_script().splitlines())
+
     def test_flags(self) -> None:
         base = nsholder.CLONE_NEWNET | nsholder.CLONE_NEWPID | nsholder.CLONE_NEWNS
         assert base == nsholder.unshare_flags(0)
