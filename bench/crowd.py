@@ -78,31 +78,45 @@ def measure(pids: set[int], count: int) -> dict[str, object]:
 
 
 def _crowd(ctx: Ctx, conf: Path, who: str, count: int) -> dict[str, object]:
+    """`count` containers of sleep through `who`: the memory of those that run, the
+    failures counted (a container that fails is deleted and the next one started)."""
     root = f"{ctx.work}/croot-{'py' if who == 'scrun-py' else 'slurm'}"
     base = as_user(ctx.pw, [EXES[who], "-f", f"{conf}/slurm.conf", "--root", root])
-    started: list[str] = []
+    made: list[str] = []
     anchors: set[int] = set()
+    failures: list[str] = []
     t0 = time.monotonic()
     try:
         for i in range(count):
             cid = f"crowd{'p' if who == 'scrun-py' else 's'}{i}"
-            reported = create_bounded(base, ctx.env, ctx.work / "sleep",
-                                      ctx.work / f"{cid}.pid", cid)
-            started.append(cid)
-            call([*base, "start", cid], ctx.env)
+            made.append(cid)
+            try:
+                reported = create_bounded(base, ctx.env, ctx.work / "sleep",
+                                          ctx.work / f"{cid}.pid", cid)
+                call([*base, "start", cid], ctx.env)
+            except (Hang, RuntimeError) as exc:
+                failures.append(f"{cid}: {str(exc)[-160:]}")
+                _delete(base, ctx, cid)
+                continue
             anchors.add(anchor_of(base, cid, reported))
         start_s = time.monotonic() - t0
         time.sleep(2)
-        out = measure(_sessions_and_descendants(anchors), count)
-        out["start_all_s"] = round(start_s, 1)
+        out = measure(_sessions_and_descendants(anchors), len(anchors))
+        out.update(asked=count, failed=len(failures), first_failures=failures[:3],
+                   start_all_s=round(start_s, 1))
         return out
-    except (Hang, RuntimeError) as exc:
-        return {"containers": count, "failed": f"{len(started)} started: {exc}"}
     finally:
-        for cid in started:
-            subprocess.run([*base, "delete", "--force", cid], env=ctx.env,
-                           capture_output=True, timeout=HANG_S, check=False)
+        for cid in made:
+            _delete(base, ctx, cid)
         _wait_gone(anchors)
+
+
+def _delete(base: list[str], ctx: Ctx, cid: str) -> None:
+    try:
+        subprocess.run([*base, "delete", "--force", cid], env=ctx.env, capture_output=True,
+                       timeout=HANG_S, check=False)
+    except subprocess.TimeoutExpired:
+        pass
 
 
 def _wait_gone(pids: set[int]) -> None:
@@ -115,30 +129,36 @@ def _wait_gone(pids: set[int]) -> None:
 
 def crowd_rows(ctx: Ctx, conf: Path, count: int) -> dict[str, object]:
     """The row: `count` running containers through each runtime, one runtime at a
-    time (all of one ended before the other starts), and the ratio of the PSS sums."""
+    time (all of one ended before the other starts), and the ratio of their PSS per
+    running container."""
     row: dict[str, object] = {"name": f"{count} running containers of sleep: login node "
                                       "memory (sum of PSS over their processes)"}
     for who in EXES:
         row[who] = _crowd(ctx, conf, who, count)
     py, slurm = row["scrun-py"], row["Slurm's scrun"]
-    if isinstance(py, dict) and isinstance(slurm, dict) and slurm.get("pss_mb"):
-        row["pss_ratio"] = round(float(py["pss_mb"]) / float(slurm["pss_mb"]), 2)
+    # per running container: a runtime some of whose containers failed is compared on
+    # those that run
+    if (isinstance(py, dict) and isinstance(slurm, dict)
+            and slurm.get("pss_per_container_mb") and py.get("pss_per_container_mb")):
+        row["pss_ratio"] = round(float(py["pss_per_container_mb"])
+                                 / float(slurm["pss_per_container_mb"]), 2)
     return row
 
 
 def print_row(row: dict[str, object]) -> None:
     """The row as a Markdown table: one line per runtime."""
     print(f"\n{row['name']}\n")
-    print("| runtime | processes | PSS in all | per container | USS in all | RSS in all "
-          "| started in |")
-    print("|---|---|---|---|---|---|---|")
+    print("| runtime | running | processes | PSS in all | per container | USS in all "
+          "| RSS in all | started in |")
+    print("|---|---|---|---|---|---|---|---|")
     for who in EXES:
         got = row.get(who)
         if not isinstance(got, dict) or "pss_mb" not in got:
             print(f"| {who} | {got} |")
             continue
-        print(f"| {who} | {got['processes']} {got['by_name']} | {got['pss_mb']} MB "
+        print(f"| {who} | {got['containers']} of {got['asked']} ({got['failed']} failed) "
+              f"| {got['processes']} {got['by_name']} | {got['pss_mb']} MB "
               f"| {got['pss_per_container_mb']} MB | {got['uss_mb']} MB | {got['rss_mb']} MB "
               f"| {got['start_all_s']} s |")
     if "pss_ratio" in row:
-        print(f"\nPSS ratio, scrun-py to Slurm's scrun: {row['pss_ratio']}x")
+        print(f"\nPSS per running container, scrun-py to Slurm's scrun: {row['pss_ratio']}x")
