@@ -94,7 +94,7 @@ def _crowd(ctx: Ctx, conf: Path, who: str, count: int) -> dict[str, object]:
                 reported = create_bounded(base, ctx.env, ctx.work / "sleep",
                                           ctx.work / f"{cid}.pid", cid)
                 call([*base, "start", cid], ctx.env)
-            except (Hang, RuntimeError) as exc:
+            except (Hang, RuntimeError, OSError) as exc:  # OSError: no pid file
                 failures.append(f"{cid}: {str(exc)[-160:]}")
                 _delete(base, ctx, cid)
                 continue
