@@ -101,7 +101,10 @@ def _crowd(ctx: Ctx, conf: Path, who: str, count: int) -> dict[str, object]:
             anchors.add(anchor_of(base, cid, reported))
         start_s = time.monotonic() - t0
         time.sleep(2)
-        out = measure(_sessions_and_descendants(anchors), len(anchors))
+        found = _sessions_and_descendants(anchors)
+        # containers whose processes were found (an anchor read as its pid process, the
+        # record not yet written, is not): the per-container figures divide by these
+        out = measure(found, len(anchors & found) or len(anchors))
         out.update(asked=count, failed=len(failures), first_failures=failures[:3],
                    start_all_s=round(start_s, 1))
         return out
