@@ -66,11 +66,16 @@ def _comm(pid: int) -> str:
 
 
 def measure(pids: set[int], count: int) -> dict[str, object]:
-    pss = sum(proc_kb(f"/proc/{p}/smaps_rollup", "Pss:") for p in pids)
+    pss_of = {p: proc_kb(f"/proc/{p}/smaps_rollup", "Pss:") for p in pids}
+    pss = sum(pss_of.values())
+    by_name: Counter[str] = Counter()
+    for p, kb in pss_of.items():
+        by_name[_comm(p)] += kb
     rss = sum(proc_kb(f"/proc/{p}/status", "VmRSS:") for p in pids)
     uss = sum(_uss_kb(p) for p in pids)
     return {"containers": count, "processes": len(pids),
             "by_name": dict(Counter(_comm(p) for p in pids).most_common()),
+            "pss_mb_by_name": {k: round(v / 1024, 1) for k, v in by_name.most_common()},
             "pss_mb": round(pss / 1024, 1), "uss_mb": round(uss / 1024, 1),
             "rss_mb": round(rss / 1024, 1),
             "pss_per_container_mb": round(pss / 1024 / max(count, 1), 2),
