@@ -319,7 +319,7 @@ def _map_ids(uid: int, gid: int, report: int) -> bool:
 
 def _holder(libc: object, code_read: int, events_write: int, report: int,
             ready_fd: int) -> NoReturn:
-    """The holder: a fresh /proc, stdio on /dev/null; then the waiter (WAITER) in its
+    """The holder: a fresh /proc, stdio on /dev/null; then the shell of waiter_script() in its
     place, or, where no shell can be run, the relays and the wait for the exit code in
     this process."""
     code = ANCHOR_LOST_CODE
@@ -352,7 +352,7 @@ def _holder(libc: object, code_read: int, events_write: int, report: int,
 
 
 def waiter_script() -> str:
-    """WAITER's text, one line (tools print the pid's command line as a row: `podman
+    """The waiter's text, one line (tools print the pid's command line as a row: `podman
     top`, `ps`): the relays (one trap per signal of RELAYED, which writes the signal's
     number as one byte to the events pipe), `ok` on the report pipe once they are set,
     then the exit code read from the code pipe (a read a relayed signal cuts short is
