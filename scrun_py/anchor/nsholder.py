@@ -390,7 +390,8 @@ def _exec_waiter(code_read: int, events_write: int, report: int, ready_fd: int) 
     (code), 4 (events), 5 (report) and create's readiness pipe to 6, kept open as
     before (a POSIX shell's redirections take one-digit descriptors).  Returns, with
     nothing changed, when SHELL cannot be run; an exec that fails once the descriptors
-    moved is reported as the holder's error."""
+    moved is reported as the holder's error.  The holder's command line follows the
+    script's arguments (_own_command_line)."""
     if not os.access(SHELL, os.X_OK):
         return
     import fcntl
@@ -404,10 +405,23 @@ def _exec_waiter(code_read: int, events_write: int, report: int, ready_fd: int) 
         for target, fd in enumerate(high, start=3):
             os.dup2(fd, target)  # inheritable
             os.close(fd)
-        os.execv("/bin/sh", ["/bin/sh", "-c", waiter_script(), COMM, "3", "4", "5"])
+        os.execv("/bin/sh", ["/bin/sh", "-c", waiter_script(), COMM, "3", "4", "5",
+                             *_own_command_line()])
     except OSError as exc:
         _say(5, f"error {SHELL}: {exc.strerror}")
         os._exit(1)
+
+
+def _own_command_line() -> list[str]:
+    """This process's command line (create's, or the late anchor's): the waiter keeps it
+    after its own arguments, which the script ignores, so that `ps` and whoever looks
+    for the processes of a --root still see whose container's pid it is."""
+    try:
+        with open("/proc/self/cmdline", "rb") as fh:
+            data = fh.read(1 << 16)
+    except OSError:
+        return []
+    return [w.decode(errors="surrogateescape") for w in data.split(b"\0") if w]
 
 
 def _relay_signals(events_write: int) -> None:

@@ -41,6 +41,7 @@ out = {"pid": holder.pid, "parent": os.getpid(),
        "nspid": st.split("NSpid:")[1].split("\n")[0].split(),
        "comm": open(f"/proc/{holder.pid}/comm").read().strip(),
        "exe": os.readlink(f"/proc/{holder.pid}/exe"),
+       "cmdline": open(f"/proc/{holder.pid}/cmdline", "rb").read().decode().split("\0")[:-1],
        "net": os.readlink(f"/proc/{holder.pid}/ns/net") != os.readlink("/proc/self/ns/net"),
        "mnt": os.readlink(f"/proc/{holder.pid}/ns/mnt") != os.readlink("/proc/self/ns/mnt"),
        "fds": sorted(os.readlink(f"/proc/{holder.pid}/fd/{fd}")
@@ -83,8 +84,13 @@ class TestHolder:
         assert out["ppid"] == out["parent"]  # the middle process exited: reparented
         assert "1" == out["nspid"][-1]  # type: ignore[index]
         assert nsholder.COMM == out["comm"]
-        # the waiter is a shell, not the interpreter the anchor runs
+        # the waiter is a shell, not the interpreter the anchor runs, and its command
+        # line still ends with the one it was forked with
         assert os.path.realpath(nsholder.SHELL) == out["exe"]
+        cmdline: list[str] = out["cmdline"]  # type: ignore[assignment]
+        assert ["/bin/sh", "-c"] == cmdline[:2]
+        assert [nsholder.COMM, "3", "4", "5", sys.executable] == cmdline[3:8]
+        assert "signals" == cmdline[-1]
         assert out["net"] and out["mnt"]
         assert 7 == out["status"]
         assert out["alive"] and not out["alive_after"]
