@@ -1078,7 +1078,21 @@ def engines(slurm_scrun: Path) -> Iterator[Engines]:
         except subprocess.TimeoutExpired:
             dockerd.kill()
             dockerd.wait()
+        _unmount_under(ddir)
         subprocess.run(["rm", "-rf", str(conf)], check=False)
+
+
+def _unmount_under(ddir: Path) -> None:
+    """Unmount what the stopped dockerd left mounted under `ddir` (it bind-mounts its data
+    root onto itself and does not always undo it), deepest first."""
+    points = []
+    with open("/proc/self/mountinfo") as fh:
+        for line in fh:
+            point = line.split()[4].replace("\\040", " ")
+            if point == str(ddir) or point.startswith(f"{ddir}/"):
+                points.append(point)
+    for point in sorted(points, key=len, reverse=True):
+        subprocess.run(["umount", point], capture_output=True, check=False)
 
 
 def _clear_pidfile(pidfile: Path, ddir: Path) -> None:
