@@ -36,11 +36,11 @@ would.  Every other signal sent to the pid is discarded by the kernel.
 When the namespaces cannot be made (user namespaces disabled, a seccomp filter), start
 returns why, and the anchor is the reported pid as before (with a warning record).
 
-Once its namespaces are made, the holder becomes /bin/sh running `waiter_script()`
-(the traps of the relays, then a `read` of the exit code): a Python interpreter kept
-for the container's whole life would cost the login node several MB per container,
-the shell a few hundred kB.  Where /bin/sh cannot be run, the holder relays and waits
-in its own process.
+Once its namespaces are made, the holder becomes /bin/sh running the waiter of
+anchor/waiter.py (the traps of the relays, then a `read` of the exit code): a Python
+interpreter kept for the container's whole life would cost the login node several MB
+per container, the shell a few hundred kB.  Where /bin/sh cannot be run, the holder
+relays and waits in its own process.
 
 Imports: os and sys at module level (the forked anchor calls `start` before anything
 else); ctypes only in the middle process; threading only in the anchor's `watch`.
@@ -319,9 +319,9 @@ def _map_ids(uid: int, gid: int, report: int) -> bool:
 
 def _holder(libc: object, code_read: int, events_write: int, report: int,
             ready_fd: int) -> NoReturn:
-    """The holder: a fresh /proc, stdio on /dev/null; then the shell of waiter_script() in its
-    place, or, where no shell can be run, the relays and the wait for the exit code in
-    this process."""
+    """The holder: a fresh /proc, stdio on /dev/null; then the shell of anchor/waiter.py
+    in its place, or, where no shell can be run, the relays and the wait for the exit
+    code in this process."""
     code = ANCHOR_LOST_CODE
     try:
         import ctypes
@@ -342,86 +342,21 @@ def _holder(libc: object, code_read: int, events_write: int, report: int,
                 fh.write(COMM)
         except OSError:
             pass
-        _exec_waiter(code_read, events_write, report, ready_fd)
+        from scrun_py.anchor import waiter
+
+        try:
+            waiter.become((code_read, events_write, report,
+                           *((ready_fd,) if ready_fd >= 0 else ())),
+                          title=COMM, relayed=RELAYED, lost_code=ANCHOR_LOST_CODE)
+        except OSError as exc:  # the descriptors moved: report on the new one
+            _say(waiter.REPORT_FD, f"error {waiter.SHELL}: {exc.strerror}")
+            os._exit(1)
         _relay_signals(events_write)
         _say(report, "ok")
         os.close(report)
         code = wait_code(code_read)
     finally:
         os._exit(code)
-
-
-def waiter_script() -> str:
-    """The waiter's text, one line (tools print the pid's command line as a row: `podman
-    top`, `ps`): the relays (one trap per signal of RELAYED, which writes the signal's
-    number as one byte to the events pipe), `ok` on the report pipe once they are set,
-    then the exit code read from the code pipe (a read a relayed signal cuts short is
-    read on; EOF without a code is ANCHOR_LOST_CODE).  The descriptors are its
-    arguments: code pipe (moved to stdin), events pipe, report pipe (closed after `ok`);
-    $0 is the title (COMM)."""
-    traps = [f"trap 's=1; printf \"\\{signum:03o}\" >&\"$E\"' {signum}"
-             for signum in RELAYED]
-    return "; ".join([
-        "C=$1 E=$2 R=$3",
-        "trap '' 13",  # SIGPIPE: the anchor gone, the code pipe's EOF follows
-        *traps,
-        "printf %s \"$0\" > /proc/self/comm 2>/dev/null",
-        "printf 'ok\\n' >&\"$R\"",
-        "eval \"exec $R>&- <&$C $C<&-\"",
-        "acc=",
-        "while :; do s= c=",
-        "if IFS= read -r c; then acc=$acc$c; break; fi",
-        "acc=$acc$c",
-        "[ -n \"$s\" ] || break",
-        "done",
-        f"case $acc in ''|*[!0-9]*) exit {ANCHOR_LOST_CODE};; esac",
-        "exit $((acc & 255))"])
-
-
-#: the shell the holder becomes (_exec_waiter runs it by this literal path, as every
-#: program scrun-py runs is named): a Python interpreter kept for the
-#: container's whole life costs the login node several MB per container, a POSIX shell
-#: waiting in `read` a few hundred kB
-SHELL = "/bin/sh"
-
-
-def _exec_waiter(code_read: int, events_write: int, report: int, ready_fd: int) -> None:
-    """Become SHELL running waiter_script(), with the holder's descriptors moved to 3
-    (code), 4 (events), 5 (report) and create's readiness pipe to 6, kept open as
-    before (a POSIX shell's redirections take one-digit descriptors).  Returns, with
-    nothing changed, when SHELL cannot be run; an exec that fails once the descriptors
-    moved is reported as the holder's error.  The holder's command line follows the
-    script's arguments (_own_command_line)."""
-    if not os.access(SHELL, os.X_OK):
-        return
-    import fcntl
-
-    fds = (code_read, events_write, report, *((ready_fd,) if ready_fd >= 0 else ()))
-    try:
-        # out of the way first: the targets may be some of the descriptors themselves
-        high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 100) for fd in fds]
-        for fd in fds:
-            os.close(fd)
-        for target, fd in enumerate(high, start=3):
-            os.dup2(fd, target)  # inheritable
-            os.close(fd)
-        os.execv("/bin/sh", ["/bin/sh", "-c", waiter_script(), COMM, "3", "4", "5",
-                             *_own_command_line()])
-    except OSError as exc:
-        _say(5, f"error {SHELL}: {exc.strerror}")
-        os._exit(1)
-
-
-def _own_command_line() -> list[str]:
-    """This process's command line (create's, or the late anchor's): the waiter keeps it
-    after its own arguments, which the script ignores, so that `ps` and whoever looks
-    for the processes of a --root still see whose container's pid it is."""
-    try:
-        with open("/proc/self/cmdline", "rb") as fh:
-            data = fh.read(1 << 16)
-    except OSError:
-        return []
-    return [w.decode(errors="surrogateescape") for w in data.split(b"\0") if w]
 
 
 def _relay_signals(events_write: int) -> None:

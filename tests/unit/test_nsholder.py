@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from scrun_py.anchor import nsholder
+from scrun_py.anchor import nsholder, waiter
+from tests.unit.test_program_paths import bad_words
 
 REPO = Path(__file__).resolve().parents[2]
 PR_SET_CHILD_SUBREAPER = 36
@@ -86,7 +87,7 @@ class TestHolder:
         assert nsholder.COMM == out["comm"]
         # the waiter is a shell, not the interpreter the anchor runs, and its command
         # line still ends with the one it was forked with
-        assert os.path.realpath(nsholder.SHELL) == out["exe"]
+        assert os.path.realpath(waiter.SHELL) == out["exe"]
         cmdline: list[str] = out["cmdline"]  # type: ignore[assignment]
         assert ["/bin/sh", "-c"] == cmdline[:2]
         assert [nsholder.COMM, "3", "4", "5", sys.executable] == cmdline[3:8]
@@ -124,8 +125,8 @@ class TestWaiterFallback:
         """Where SHELL cannot be run, the holder relays and waits in its own process, as
         before: the same signals, the same exit code."""
         case = CASE.replace("from scrun_py.anchor import nsholder\n",
-                            "from scrun_py.anchor import nsholder\n"
-                            f"nsholder.SHELL = {str(tmp_path / 'no-shell')!r}\n")
+                            "from scrun_py.anchor import nsholder, waiter\n"
+                            f"waiter.SHELL = {str(tmp_path / 'no-shell')!r}\n")
         res = subprocess.run([sys.executable, "-c", case, "signals"], cwd=REPO,
                              capture_output=True, text=True, timeout=60, check=False)
         assert 0 == res.returncode, res.stderr
@@ -141,7 +142,14 @@ class TestWaiterFallback:
 class TestPure:
     def test_the_waiter_is_one_line(self) -> None:
         """`podman top` and `ps` print the pid's command line as one row."""
-        assert 1 == len(nsholder.waiter_script().splitlines())
+        text = waiter.waiter_script(nsholder.RELAYED, nsholder.ANCHOR_LOST_CODE)
+        assert 1 == len(text.splitlines())
+
+    def test_the_waiter_looks_up_no_program(self) -> None:
+        """Every word of the waiter is a shell builtin: nothing is found through PATH
+        (the rule tests/unit/test_program_paths.py holds the package's scripts to)."""
+        text = waiter.waiter_script(nsholder.RELAYED, nsholder.ANCHOR_LOST_CODE)
+        assert [] == list(bad_words(text))
 
     def test_flags(self) -> None:
         base = nsholder.CLONE_NEWNET | nsholder.CLONE_NEWPID | nsholder.CLONE_NEWNS
