@@ -145,16 +145,23 @@ import() {
     done < <(engines)
 }
 
-remove() {
+present() {  # each image an engine holds: "WHAT|CMD|NAME" per line
     local what cmd name
     while IFS='|' read -r what cmd; do
         for name in "${IMAGES[@]}"; do
             if $cmd image inspect "$(ref "$what" "$name")" >/dev/null 2>&1; then
-                log "removing $name from $what"
-                $cmd rmi -f "$(ref "$what" "$name")" >/dev/null
+                echo "$what|$cmd|$name"
             fi
         done
     done < <(engines)
+}
+
+remove() {
+    local what cmd name
+    while IFS='|' read -r what cmd name; do
+        log "removing $name from $what"
+        $cmd rmi -f "$(ref "$what" "$name")" >/dev/null
+    done < <(present)
     if [ -d "$DIR" ]; then
         # what a stopped private dockerd of the bench left mounted (its data root)
         local m
@@ -169,13 +176,9 @@ remove() {
 
 list() {
     local what cmd name
-    while IFS='|' read -r what cmd; do
-        for name in "${IMAGES[@]}"; do
-            if $cmd image inspect "$(ref "$what" "$name")" >/dev/null 2>&1; then
-                echo "$what $name"
-            fi
-        done
-    done < <(engines)
+    while IFS='|' read -r what cmd name; do
+        echo "$what $name"
+    done < <(present)
 }
 
 case "${1:-}" in
