@@ -5,7 +5,8 @@ and a ~1 GB image of many small files (scripts/bench-images.sh), interleaved, th
 * scrun-py with the shipped lua/scrun-staging.lua, its bases on the shared scratch as the
   site cluster sets them (runtime `slurm`),
 * Slurm's own scrun with scrun(1)'s rsync staging example, `scratch_path` on the shared
-  scratch (runtime `slurm-scrun`; the example's text is tests/e2e/test_site.py's), and
+  scratch (runtime `slurm-scrun`; the example's text is tests/e2e/test_site.py's, after
+  TO_JSON_FALLBACK where Slurm's Lua is 5.1), and
 * the plain runtime on the login node (docker: runc, podman: crun).
 
     sudo scripts/cluster.sh up --slurm R --nodes 3
@@ -55,11 +56,13 @@ IMAGES_DIR = Path(os.environ.get("SCRUN_BENCH_IMAGES", "/var/tmp/scrun-bench-ima
 SCRATCH = Path(os.environ.get("SCRUN_TEST_SCRATCH", "/shared/scratch"))
 CONFIGLESS = Path("/run/slurm/conf")
 IMAGES = {"scrun-bench-conda": "many files, ~1 GB", "scrun-bench-py": "python, ~150 MB"}
-#: the runtimes side by side: the engine's own, scrun-py with the staging script, scrun-py
-#: with scrun(1)'s rsync example (the example's staging commands, which dominate the time,
-#: are the same whichever runtime runs them), Slurm's scrun with that example
-RUNTIMES = {"plain": None, "scrun-py": "slurm", "rsync example": "slurm-rsync",
-            "Slurm's scrun": "slurm-scrun"}
+#: the runtimes side by side: the engine's own, scrun-py with the staging script, Slurm's
+#: scrun with scrun(1)'s rsync example; and on request (run.py --example-on-scrun-py)
+#: scrun-py with that example (its staging commands, which dominate the time, are the
+#: same whichever runtime runs them)
+ALL_RUNTIMES = {"plain": None, "scrun-py": "slurm", "rsync example": "slurm-rsync",
+                "Slurm's scrun": "slurm-scrun"}
+RUNTIMES = {k: v for k, v in ALL_RUNTIMES.items() if k != "rsync example"}
 CGROUP = Path("/sys/fs/cgroup/cpuacct")
 #: runtimes left out of the rows: Slurm's scrun when its probe failed (probe_slurm_scrun)
 GIVEN_UP: set[str] = set()
@@ -78,6 +81,40 @@ def man_page_example() -> str:
                                   f'local scratch_path = "{SCRATCH}"')
 
 
+#: put before the example for Slurm's scrun: where Slurm is linked with Lua 5.1 (Debian's
+#: packages and the test clusters), its `slurm.to_json` fails on every table with an
+#: array in it ("invalid key to 'next'": it turns each numeric key into a string while
+#: `lua_next` walks the table), so the example's stage_in fails and Slurm's `create`
+#: never returns.  Only there, this encoder stands in for it; as Slurm's does, it writes
+#: an empty table as [].
+TO_JSON_FALLBACK = r"""if not pcall(slurm.to_json, {"probe"}) then
+     local function encode(v)
+          local kind = type(v)
+          if kind == "string" then
+               return '"'..(v:gsub('[%c"\\]', function(c)
+                    return string.format("\\u%04x", c:byte()) end))..'"'
+          elseif kind == "number" then
+               if v == math.floor(v) then return string.format("%d", v) end
+               return string.format("%.17g", v)
+          elseif kind == "boolean" then
+               return tostring(v)
+          elseif kind ~= "table" then
+               return "null"
+          end
+          local parts = {}
+          if #v > 0 or next(v) == nil then
+               for i = 1, #v do parts[i] = encode(v[i]) end
+               return "["..table.concat(parts, ",").."]"
+          end
+          for k, x in pairs(v) do parts[#parts + 1] = encode(tostring(k))..":"..encode(x) end
+          return "{"..table.concat(parts, ",").."}"
+     end
+     slurm.to_json = encode
+     slurm.log_info("slurm.to_json fails on arrays (Lua 5.1): the example encodes itself")
+end
+"""
+
+
 def staging_lua() -> str:
     """lua/scrun-staging.lua with its bases on the shared scratch, as the site sets them."""
     text = (REPO / "lua" / "scrun-staging.lua").read_text()
@@ -92,13 +129,17 @@ def site_confs(work: Path) -> dict[str, Path]:
     (slurm.conf, oci.conf), with that runtime's scrun.lua beside them."""
     out = {}
     for kind, lua in (("py", staging_lua()), ("rsync", man_page_example()),
-                      ("slurm", man_page_example())):
+                      ("slurm", TO_JSON_FALLBACK + man_page_example())):
         conf = work / f"conf-{kind}"
         conf.mkdir(exist_ok=True)
         for f in CONFIGLESS.iterdir():
             if f.is_file() and f.name != "scrun.lua":
                 shutil.copy(f, conf / f.name)
         (conf / "scrun.lua").write_text(lua)
+        if kind == "slurm":
+            # Slurm's scrun starts srun without PATH: sh's default finds another release's
+            oci = conf / "oci.conf"
+            oci.write_text(oci.read_text().rstrip("\n") + f"\nSrunPath={SLURM_BIN / 'srun'}\n")
         exe = str(SLURM_BIN / "scrun") if kind == "slurm" else SCRUN
         # podman passes no --root; Slurm's scrun will not guess one as root
         (conf / "runtime").write_text(
@@ -346,10 +387,8 @@ def timing_rows(eng: Engines, cpu: Cpu, n: int, first_n: int,
 
 def probe_slurm_scrun(eng: Engines) -> dict[str, object]:
     """One `docker run` of the small image through Slurm's scrun with the example, bounded
-    by 30 s: where it fails or hangs (26.05 on the site cluster: the example's stage_in
-    fails in Slurm's Lua with "invalid key to 'next'", and `create` never returns), its
-    rows are left out and the example runs through scrun-py only.  (30 s: the small
-    image's staging takes about a second.)"""
+    by 30 s (the small image's staging takes about a second): where it fails or hangs, its
+    rows are left out."""
     argv, env = eng.argv("docker", "slurm-scrun", "scrun-bench-py")
     cidfile = eng.work / "probe.cid"
     argv = [*argv[:2], "--cidfile", str(cidfile), *argv[2:]]
@@ -438,15 +477,15 @@ def concurrent_row(eng: Engines, cpu: Cpu, image: str, tool: str,
 
 
 def print_rows(rows: list[dict[str, object]]) -> None:
-    print("\n| row | plain | scrun-py | rsync example | Slurm's scrun | scrun-py / example |")
-    print("|---|---|---|---|---|---|")
+    print(f"\n| row | {' | '.join(RUNTIMES)} | scrun-py / Slurm's scrun |")
+    print("|---|" + "---|" * (len(RUNTIMES) + 1))
     for row in rows:
         cells = []
         for who in RUNTIMES:
             d = row.get(who) or {}
             assert isinstance(d, dict)
             cells.append(f"{d.get('median_s')} s (cpu {d.get('cpu_median_s')} s)")
-        py, sl = (row.get("scrun-py") or {}), (row.get("rsync example") or {})
+        py, sl = (row.get("scrun-py") or {}), (row.get("Slurm's scrun") or {})
         assert isinstance(py, dict) and isinstance(sl, dict)
         ratio = (f"{py['median_s'] / sl['median_s']:.2f}x"
                  if py.get("median_s") and sl.get("median_s") else "-")

@@ -93,6 +93,8 @@ def parse_args() -> argparse.Namespace:
                     help="only the login node's memory with N containers of sleep running "
                          "through scrun-py, then through Slurm's scrun (bench/crowd.py), "
                          "written to results/crowd-RELEASE.json")
+    ap.add_argument("--example-on-scrun-py", action="store_true",
+                    help="--images: also scrun-py running the rsync example")
     ap.add_argument("--first", type=int, default=2,
                     help="--images: first runs (the staging cache emptied) per runtime")
     ap.add_argument("--install", choices=("site", "venv"), default="site",
@@ -156,8 +158,11 @@ def versus_only(ctx: Ctx, engines: bool) -> None:
     write_results("versus.json", versus_slurm_scrun=versus)
 
 
-def images_only(ctx: Ctx, first: int, tools: str) -> None:
+def images_only(ctx: Ctx, first: int, tools: str, example_on_py: bool) -> None:
     images.TOOLS[:] = tools.split(",")
+    if example_on_py:
+        images.RUNTIMES.clear()
+        images.RUNTIMES.update(images.ALL_RUNTIMES)
     name = f"images-{os.environ.get('SCRUN_TEST_SLURM', 'unknown')}"
     if tools != "docker,podman":
         name += "-" + tools.replace(",", "-")
@@ -211,7 +216,7 @@ def main() -> None:
     elif opts.backends_only:
         backends_only(ctx)
     elif opts.images:
-        images_only(ctx, opts.first, opts.tools)
+        images_only(ctx, opts.first, opts.tools, opts.example_on_scrun_py)
     elif opts.crowd:
         crowd_only(ctx, opts.crowd)
     elif opts.versus_only:
