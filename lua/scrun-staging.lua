@@ -348,16 +348,29 @@ local function key_commands(paths_in_rootfs, key_kind)
                  .. '| cut -c1-64 > "$S/key-known"')
     -- Containers of one new image started at once read it once: the others wait for the
     -- lock of $K.lock and then find the key.
-    table.insert(lines, 'mkdir -p -- "$C/known"')
+    -- A rootfs whose listing (paths, modes, owners, sizes, mtimes: $L) no entry was made
+    -- from cannot have the key of any entry: it is copied into the cache ($P) while its
+    -- files are read for the key, and the one who reads takes the entry's lock ($M, fd 8)
+    -- before the others find the key.
+    table.insert(lines, 'mkdir -p -- "$C/known" "$C/tmp"')
     table.insert(lines, 'K=$C/known/$(cat -- "$S/key-known")')
     table.insert(lines, table.concat({
       'known() { key=$(cat -- "$K" 2>/dev/null) && [ ${#key} = 64 ]; }',
       'if known; then touch -- "$K"; else',
       '  exec 7>>"$K.lock" && flock 7 && { known || {',
+      '  L=$(sha256sum < "$S/key-list" | cut -c1-64) || exit 1',
+      '  _cp=""',
+      '  if ! grep -qsxF -- "$L" "$C"/entries/*/listing; then',
+      '    P=$C/tmp/pending.$ID; remove_dir "$P"; mkdir -p -- "$P/rootfs" || exit 1',
+      '    { copy_dir "$SRC" "$P/rootfs" && touch -- "$P/done"; } </dev/null >/dev/null 2>&1 &',
+      '    _cp=$!',
+      '  fi',
       "  find . " .. prune .. '-type f -print0 | LC_ALL=C sort -z '
         .. '| xargs -0 -r sha256sum -- >> "$S/key-list" &&',
       "  key=" .. digest .. " &&",
-      '  printf "%s\n" "$key" > "$K.$$" && mv -f -- "$K.$$" "$K"; }; }',
+      '  { [ -z "$_cp" ] || { exec 8>>"$C/tmp/$key.making" && flock 8 && _m=1; }; } &&',
+      '  printf "%s\n" "$key" > "$K.$$" && mv -f -- "$K.$$" "$K"; _r=$?; '
+        .. '[ -z "$_cp" ] || wait "$_cp"; [ "$_r" = 0 ]; }; }',
       '  _r=$?; rm -f -- "$K.lock"; exec 7>&-; [ "$_r" = 0 ]',
       'fi',
     }, "\n"))
@@ -487,26 +500,33 @@ local function stage_in_cached(id, text, source_root, job_id, user_id, group_id,
     -- one copy per entry: a stage_in that finds another one copying the same rootfs waits
     -- for that copy (the lock of $M, taken without the cache's lock) and uses it
     'M=$C/tmp/$key.making',
-    'if [ -z "$_state" ]; then',
+    'if [ -z "$_state" ] && [ -z "${_m:-}" ]; then',
     '  flock -u 9; exec 8>>"$M"; flock 8 || exit 1; flock 9 || exit 1',
     '  if [ -d "$E/rootfs" ]; then register "$E" || exit 1; _state=waited; fi',
     'fi',
     'if [ -z "$_state" ]; then',
     '  flock -u 9',
-    '  remove_dir "$T"; mkdir -p -- "$T/rootfs" "$T/users" || exit 1',
-    '  copy_dir "$SRC" "$T/rootfs" || { remove_dir "$T"; exit 5; }',
+    '  remove_dir "$T"; mkdir -p -- "$T/users" || exit 1',
+    -- the copy made while the key was read, or one now
+    '  if [ -f "${P:-/nonexistent}/done" ]; then mv -- "$P/rootfs" "$T/rootfs" || exit 1',
+    '    echo "while-read"',
+    '  else mkdir -- "$T/rootfs" && copy_dir "$SRC" "$T/rootfs" || { remove_dir "$T"; exit 5; }',
+    '  fi',
     '  du -sk -- "$T/rootfs" | cut -f1 > "$T/size" && find "$T/rootfs" | wc -l > "$T/count" '
       .. '&& touch -- "$T/used" || exit 1',
+    '  [ -z "${L:-}" ] || printf "%s\n" "$L" > "$T/listing" || exit 1',
     '  flock 9 || exit 1',
     '  if [ -d "$E/rootfs" ]; then _state=lost; else mv -- "$T" "$E" || exit 1; _state=miss; fi',
     '  register "$E" || exit 1',
     'fi',
     -- the entry is there (under the cache's lock): who comes now finds it, not $M
-    '[ "$_state" = hit ] || rm -f -- "$M"',
+    '{ [ "$_state" = hit ] && [ -z "${_m:-}" ]; } || rm -f -- "$M"',
     'exec 8>&-',
     'echo "$_state"',
     "KEEP=$E; evict " .. max_kb(),
     'exec 9>&-',
+    '[ ! -d "${P:-/nonexistent}/rootfs" ] || echo "dropped"',
+    '[ -z "${P:-}" ] || remove_dir "$P"',
     '[ ! -e "$T" ] || remove_dir "$T"',
     'empty_trash',
     -- the skeleton: the top-level directories are mount points of overlays, the rest
@@ -534,7 +554,7 @@ local function stage_in_cached(id, text, source_root, job_id, user_id, group_id,
   local function clean_up()
     local undo = { CACHE_FUNCTIONS, cache_vars(staging, cache, id, job_id) }
     if entry then table.insert(undo, "rm -f -- " .. q(entry .. "/users/" .. id)) end
-    table.insert(undo, 'remove_dir "$S"')
+    table.insert(undo, 'remove_dir "$S"; remove_dir "$C/tmp/pending.$ID"')
     sh(table.concat(undo, "\n"), nil, "cleaning up " .. staging)
   end
   local function give_up(why)
@@ -563,6 +583,13 @@ local function stage_in_cached(id, text, source_root, job_id, user_id, group_id,
     slurm.log_info("scrun-staging: evicted cache entry %s", line)
   end
   local state = output:match("\n(%a+)\n") or "?"
+  if output:find("\nwhile%-read\n") then
+    slurm.log_info("scrun-staging: %s: the rootfs was copied while it was read for its key",
+                   id)
+  elseif output:find("\ndropped\n") then
+    slurm.log_info("scrun-staging: %s: the copy made while the rootfs was read for its key "
+                   .. "is dropped: another container made the entry", id)
+  end
   if state == "hit" then
     slurm.log_info("scrun-staging: %s: the rootfs of %s is cached as %s: no copy", id,
                    source_root, entry)

@@ -357,6 +357,27 @@ class TestCache:
             (Path(entry) / "rootfs" / "usr" / "lib" / "libx.so").read_text())
         assert 0 == stage.stage_out(ctx)[0]
 
+    def test_new_listing_is_copied_while_read(self, stage: Stage) -> None:
+        """CACHE_KEY = "content": a rootfs whose listing no entry was made from is copied
+        into the cache while it is read for its key, and the entry is that copy; another
+        rootfs of that listing (new inodes) is only read: it finds the entry."""
+        stage.write_script(CACHE_KEY='"content"')
+        ctx, first = stage.stage_in("a")
+        entry = Path(Path(ctx.bundle, "cache-entry").read_text().strip())
+        assert 0 == stage.stage_out(ctx)[0]
+        ctx, second = stage.stage_in("b", stage.copy_image("twin"))
+        assert 0 == stage.stage_out(ctx)[0]
+        while_read = "the rootfs was copied while it was read for its key"
+        assert (
+            [entry], "x" * 5000, [], [f"a: {while_read}"], [],
+            [f"b: the rootfs of {stage.tmp / 'twin'} is cached as {entry}: no copy"],
+        ) == (
+            stage.entries(), (entry / "rootfs" / "usr" / "lib" / "libx.so").read_text(),
+            sorted((stage.cache / "tmp").iterdir()), [m for m in first if "while" in m],
+            [m for m in second if "while" in m or "dropped" in m],
+            [m for m in second if "cache" in m],
+        ), (first, second)
+
     def test_several_tasks_copy_the_rootfs(self, stage: Stage) -> None:
         """A job of several tasks shares one config.json: no overlays, the copy."""
         ctx, log = stage.stage_in("c1", tasks="1(x3)")
