@@ -69,6 +69,9 @@ GIVEN_UP: set[str] = set()
 #: the engines of the rows (run.py --tools)
 TOOLS: list[str] = ["docker", "podman"]
 RUN_S = 150  # one `run` of the 1 GB image through a copy takes tens of seconds
+#: what each container runs: it prints, so that a run whose container never ran (Slurm's
+#: scrun exits 0 when its step fails) is not taken for a fast one
+RAN = ["echo", "ran"]
 
 
 def man_page_example() -> str:
@@ -198,6 +201,11 @@ class Engines:
     docker_env: dict[str, str] = field(default_factory=dict)
     podman_env: dict[str, str] = field(default_factory=dict)
     dockerd: subprocess.Popen[bytes] | None = None
+    #: dockerd's exec root, where containerd's shim runs the runtime: srun passes its
+    #: working directory on to the step, and a node that lacks it fails the step (26.05:
+    #: `_pre_task_child_privileged() failed`) under Slurm's scrun: a directory the nodes
+    #: have, not one under the login node's /tmp
+    exec_root: Path = field(default_factory=lambda: Path(f"/var/lib/scrun-bench-dx{os.getpid()}"))
 
     def start(self) -> None:
         path = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
@@ -222,7 +230,7 @@ class Engines:
             self.dockerd = subprocess.Popen(
                 ["dockerd", "--config-file", str(ddir / "daemon.json"), "--host",
                  self.docker_env["DOCKER_HOST"], "--data-root", str(ddir / "data"),
-                 "--exec-root", str(self.work / "dexec"), "--pidfile",
+                 "--exec-root", str(self.exec_root), "--pidfile",
                  str(self.work / "docker.pid"), "--iptables=false", "--ip6tables=false",
                  "--bridge=none", "--storage-driver=overlay2"],
                 env=self.docker_env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
@@ -255,6 +263,7 @@ class Engines:
                                capture_output=True, check=False, timeout=RUN_S)
             self.dockerd.terminate()
             self.dockerd.wait(timeout=60)
+        shutil.rmtree(self.exec_root, ignore_errors=True)
 
     def argv(self, tool: str, runtime: str | None, image: str, detach: bool = False) -> tuple[
             list[str], dict[str, str]]:
@@ -271,7 +280,7 @@ class Engines:
             ref, env = image, self.docker_env
         if detach:
             return [*argv, "-d", ref, "sleep", "600"], env
-        return [*argv, "--rm", ref, "true"], env
+        return [*argv, "--rm", ref, *RAN], env
 
 
 def run_once(argv: list[str], env: dict[str, str], cpu: Cpu,
@@ -283,8 +292,7 @@ def run_once(argv: list[str], env: dict[str, str], cpu: Cpu,
     argv = [*argv[:2], "--cidfile", str(cidfile), *argv[2:]]
     c0, t0 = cpu.now(), time.perf_counter()
     try:
-        res = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        res = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True,
                              timeout=RUN_S, check=False)
     except subprocess.TimeoutExpired as exc:
         engine_id = cidfile.read_text().strip() if cidfile.exists() else ""
@@ -294,8 +302,9 @@ def run_once(argv: list[str], env: dict[str, str], cpu: Cpu,
                            check=False, timeout=RUN_S)
         raise Hang(" ".join(argv)) from exc
     wall, used = time.perf_counter() - t0, (cpu.now() - c0) / 1e9
-    if res.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)}: {res.stderr.decode()[-800:]}")
+    if res.returncode != 0 or res.stdout != b"ran\n":
+        raise RuntimeError(f"{' '.join(argv)}: exit {res.returncode}, stdout "
+                           f"{res.stdout[-100:]!r}: {res.stderr.decode()[-800:]}")
     return wall, used
 
 
@@ -396,7 +405,8 @@ def probe_slurm_scrun(eng: Engines) -> dict[str, object]:
     try:
         res = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True,
                              text=True, timeout=30, check=False)
-        out = {"exit": res.returncode, "stderr": res.stderr[-400:]}
+        out = {"exit": res.returncode, "stdout": res.stdout[-100:],
+               "stderr": res.stderr[-400:]}
     except subprocess.TimeoutExpired:
         out = {"exit": None, "stderr": "no answer in 30 s"}
         engine_id = cidfile.read_text().strip() if cidfile.exists() else ""
@@ -405,7 +415,7 @@ def probe_slurm_scrun(eng: Engines) -> dict[str, object]:
             subprocess.run(["docker", "rm", "-f", engine_id], env=env, capture_output=True,
                            check=False, timeout=RUN_S)
     out["wall_s"] = round(time.perf_counter() - t0, 2)
-    if out["exit"] != 0:
+    if out["exit"] != 0 or out.get("stdout") != "ran\n":
         GIVEN_UP.add("Slurm's scrun")
     print(f"[images] Slurm's scrun probe: {out}", flush=True)
     return out
