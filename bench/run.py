@@ -155,7 +155,8 @@ def versus_only(ctx: Ctx, engines: bool) -> None:
         raise SystemExit(f"no Slurm scrun in {SLURM_BIN}")
     versus = versus_rows(ctx, engines)
     print_versus(versus)
-    write_results("versus.json", versus_slurm_scrun=versus)
+    write_results(f"versus-{os.environ.get('SCRUN_TEST_SLURM', 'unknown')}.json",
+                  slurm=slurm_version(ctx.env), versus_slurm_scrun=versus)
 
 
 def images_only(ctx: Ctx, first: int, tools: str, example_on_py: bool) -> None:
