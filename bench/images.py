@@ -84,13 +84,22 @@ def man_page_example() -> str:
                                   f'local scratch_path = "{SCRATCH}"')
 
 
-#: put before the example for Slurm's scrun: where Slurm is linked with Lua 5.1 (Debian's
-#: packages and the test clusters), its `slurm.to_json` fails on every table with an
-#: array in it ("invalid key to 'next'": it turns each numeric key into a string while
-#: `lua_next` walks the table), so the example's stage_in fails and Slurm's `create`
-#: never returns.  Only there, this encoder stands in for it; as Slurm's does, it writes
-#: an empty table as [].
-TO_JSON_FALLBACK = r"""if not pcall(slurm.to_json, {"probe"}) then
+#: put before the example for Slurm's scrun.  Slurm before 25.11 has no slurm.from_json
+#: and slurm.to_json (its scrun(1) example loads a JSON module): Debian's dkjson stands in
+#: for them there.  Where Slurm links Lua 5.1 (Debian's packages and the test clusters),
+#: its `slurm.to_json` fails on every table with an array in it ("invalid key to 'next'":
+#: it turns each numeric key into a string while `lua_next` walks the table), so the
+#: example's stage_in fails and Slurm's `create` never returns: this encoder stands in for
+#: it there, writing an empty table as [] as Slurm's does.
+TO_JSON_FALLBACK = r"""if slurm.from_json == nil then
+     -- Slurm before 25.11: scrun(1)'s example of those releases decodes and encodes with
+     -- a JSON module ("local json = require 'json'"); Debian's lua-dkjson is one
+     package.path = "/usr/share/lua/5.1/?.lua;"..package.path
+     local json = require("dkjson")
+     slurm.from_json = function(text) return (json.decode(text)) end
+     slurm.to_json = function(value) return json.encode(value) end
+     slurm.log_info("no slurm.from_json (Slurm before 25.11): the example uses dkjson")
+elseif not pcall(slurm.to_json, {"probe"}) then
      local function encode(v)
           local kind = type(v)
           if kind == "string" then

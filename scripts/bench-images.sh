@@ -11,7 +11,8 @@
 #                              the above, the machine's /usr/share, ~12,000 generated
 #                              small files (a package tree) and 200 MB of generated
 #                              "libraries"
-#   scripts/bench-images.sh import   both into root podman and the test user's rootless
+#   scripts/bench-images.sh import   (Debian's lua-dkjson, for Slurm's scrun before 25.11)
+#                              both into root podman and the test user's rootless
 #                              podman (their stores need no daemon), and into the root
 #                              and rootless dockerd of the cluster whose environment is
 #                              set (scripts/engines.sh env), where they run
@@ -128,6 +129,9 @@ ref() {  # ENGINE NAME: how that engine names the image
 
 import() {
     local what cmd name q
+    # Slurm before 25.11 has no slurm.from_json: scrun(1)'s example of those releases
+    # loads a JSON module, which bench/images.py gives Slurm's scrun
+    "$REPO/scripts/apt-install.sh" bench-images lua-dkjson
     for name in "${IMAGES[@]}"; do
         [ -f "$DIR/$name.tar" ] || { log "no $DIR/$name.tar: run '$0 build' first"; exit 1; }
     done
