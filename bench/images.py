@@ -442,6 +442,23 @@ def probe_slurm_scrun(eng: Engines) -> dict[str, object]:
     return out
 
 
+def remove_container(tool: str, env: dict[str, str], cid: str) -> None:
+    """`rm -f`; where the engine keeps the container (Slurm's scrun's `delete` failed or
+    hung), its anchor and job are ended and `rm -f` tried again."""
+    def rm() -> bool:
+        try:
+            subprocess.run([tool, "rm", "-f", cid], env=env, capture_output=True,
+                           check=False, timeout=RUN_S)
+        except subprocess.TimeoutExpired:
+            pass
+        return subprocess.run([tool, "inspect", cid], env=env, capture_output=True,
+                              check=False).returncode != 0
+    if not rm():
+        end_container(cid, dict(os.environ))
+        if not rm():
+            print(f"[images] {tool} kept container {cid}", flush=True)
+
+
 def scratch_rows(eng: Engines) -> list[dict[str, object]]:
     """KB on the job user's scratch directory while one container runs (first: the cache
     entry removed before; warm: after a run), and what is left after `rm -f`."""
@@ -462,8 +479,7 @@ def scratch_rows(eng: Engines) -> list[dict[str, object]]:
                     cid = subprocess.run(argv, env=env, capture_output=True, text=True,
                                          check=True, timeout=RUN_S).stdout.strip()
                     during = du_kb(user_dir)
-                    subprocess.run([tool, "rm", "-f", cid], env=env, capture_output=True,
-                                   check=False, timeout=RUN_S)
+                    remove_container(tool, env, cid)
                     after = du_kb(user_dir)
                     got[kind] = {"written_kb": during - before, "left_kb": after - before}
                 row[who] = got
