@@ -1,6 +1,7 @@
 """Real-size images through the staging scripts on the site topology (docs/site.md):
-`docker run --rm IMAGE true` and `podman run --rm IMAGE true` of a ~150 MB python image
-and a ~1 GB image of many small files (scripts/bench-images.sh), interleaved, through
+`docker run --rm IMAGE echo ran` and `podman run --rm IMAGE echo ran` of a ~150 MB
+python image and a ~1 GB image of many small files (scripts/bench-images.sh),
+interleaved, through
 
 * scrun-py with the shipped lua/scrun-staging.lua, its bases on the shared scratch as the
   site cluster sets them (runtime `slurm`),
@@ -386,7 +387,7 @@ class _Group:
               flush=True)
 
     def row(self, kind: str) -> dict[str, object]:
-        row: dict[str, object] = {"name": f"{self.tool} run --rm {self.image} true "
+        row: dict[str, object] = {"name": f"{self.tool} run --rm {self.image} echo ran "
                                           f"({IMAGES[self.image]}), {kind} run"}
         for who in RUNTIMES:
             w = self.walls.get((kind, who), [])
@@ -514,7 +515,7 @@ def concurrent_row(eng: Engines, cpu: Cpu, image: str, tool: str,
     tmp_left = [p.name for p in tmp.iterdir()] if tmp.is_dir() else []
     ps = subprocess.run([tool, "ps", "-aq"], env=env, capture_output=True, text=True,
                         check=False).stdout.split()
-    row = {"name": f"{count} x {tool} run --rm {image} true at once (scrun-py, cache empty)",
+    row = {"name": f"{count} x {tool} run --rm {image} echo ran at once (scrun-py, cache empty)",
            "walls_s": [round(w, 2) for w in sorted(walls)], "max_s": round(max(walls), 2),
            "median_s": med(walls), "cpu_s": round(used, 2), "entries": len(made),
            "uses": uses, "staging_left": left, "cache_tmp_left": tmp_left,
