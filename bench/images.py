@@ -7,7 +7,7 @@ interleaved, through
   site cluster sets them (runtime `slurm`),
 * Slurm's own scrun with scrun(1)'s rsync staging example, `scratch_path` on the shared
   scratch (runtime `slurm-scrun`; the example's text is tests/e2e/test_site.py's, after
-  TO_JSON_FALLBACK where Slurm's Lua is 5.1), and
+  SLURM_JSON: the JSON functions the example needs where Slurm's lack or fail), and
 * the plain runtime on the login node (docker: runc, podman: crun).
 
     sudo scripts/cluster.sh up --slurm R --nodes 3
@@ -73,6 +73,7 @@ RUN_S = 150  # one `run` of the 1 GB image through a copy takes tens of seconds
 #: what each container runs: it prints, so that a run whose container never ran (Slurm's
 #: scrun exits 0 when its step fails) is not taken for a fast one
 RAN = ["echo", "ran"]
+RAN_OUTPUT = "ran\n"
 
 
 def man_page_example() -> str:
@@ -92,7 +93,7 @@ def man_page_example() -> str:
 #: it turns each numeric key into a string while `lua_next` walks the table), so the
 #: example's stage_in fails and Slurm's `create` never returns: this encoder stands in for
 #: it there, writing an empty table as [] as Slurm's does.
-TO_JSON_FALLBACK = r"""if slurm.from_json == nil then
+SLURM_JSON = r"""if slurm.from_json == nil then
      -- Slurm before 25.11: scrun(1)'s example of those releases decodes and encodes with
      -- a JSON module ("local json = require 'json'"); Debian's lua-dkjson is one
      package.path = "/usr/share/lua/5.1/?.lua;"..package.path
@@ -142,7 +143,7 @@ def site_confs(work: Path) -> dict[str, Path]:
     (slurm.conf, oci.conf), with that runtime's scrun.lua beside them."""
     out = {}
     for kind, lua in (("py", staging_lua()), ("rsync", man_page_example()),
-                      ("slurm", TO_JSON_FALLBACK + man_page_example())):
+                      ("slurm", SLURM_JSON + man_page_example())):
         conf = work / f"conf-{kind}"
         conf.mkdir(exist_ok=True)
         for f in CONFIGLESS.iterdir():
@@ -305,14 +306,10 @@ def run_once(argv: list[str], env: dict[str, str], cpu: Cpu,
         res = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True,
                              timeout=RUN_S, check=False)
     except subprocess.TimeoutExpired as exc:
-        engine_id = cidfile.read_text().strip() if cidfile.exists() else ""
-        if engine_id:
-            end_container(engine_id, dict(os.environ))
-            subprocess.run([argv[0], "rm", "-f", engine_id], env=env, capture_output=True,
-                           check=False, timeout=RUN_S)
+        end_hung(argv[0], env, cidfile)
         raise Hang(" ".join(argv)) from exc
     wall, used = time.perf_counter() - t0, (cpu.now() - c0) / 1e9
-    if res.returncode != 0 or res.stdout != b"ran\n":
+    if res.returncode != 0 or res.stdout != RAN_OUTPUT.encode():
         raise RuntimeError(f"{' '.join(argv)}: exit {res.returncode}, stdout "
                            f"{res.stdout[-100:]!r}: {res.stderr.decode()[-800:]}")
     return wall, used
@@ -431,16 +428,21 @@ def probe_slurm_scrun(eng: Engines) -> dict[str, object]:
                "stderr": res.stderr[-400:]}
     except subprocess.TimeoutExpired:
         out = {"exit": None, "stderr": "no answer in 30 s"}
-        engine_id = cidfile.read_text().strip() if cidfile.exists() else ""
-        if engine_id:
-            end_container(engine_id, dict(os.environ))
-            subprocess.run(["docker", "rm", "-f", engine_id], env=env, capture_output=True,
-                           check=False, timeout=RUN_S)
+        end_hung("docker", env, cidfile)
     out["wall_s"] = round(time.perf_counter() - t0, 2)
-    if out["exit"] != 0 or out.get("stdout") != "ran\n":
+    if out["exit"] != 0 or out.get("stdout") != RAN_OUTPUT:
         GIVEN_UP.add("Slurm's scrun")
     print(f"[images] Slurm's scrun probe: {out}", flush=True)
     return out
+
+
+def end_hung(tool: str, env: dict[str, str], cidfile: Path) -> None:
+    """After a `run` that gave no answer: the anchor and job of the container its
+    --cidfile names ended, and the container removed."""
+    engine_id = cidfile.read_text().strip() if cidfile.exists() else ""
+    if engine_id:
+        end_container(engine_id, dict(os.environ))
+        remove_container(tool, env, engine_id)
 
 
 def remove_container(tool: str, env: dict[str, str], cid: str) -> None:
