@@ -361,7 +361,7 @@ local function key_commands(paths_in_rootfs, key_kind)
       '  L=$(sha256sum < "$S/key-list" | cut -c1-64) || exit 1',
       '  _cp=""',
       '  if ! grep -qsxF -- "$L" "$C"/entries/*/listing; then',
-      '    P=$C/tmp/pending.$ID; remove_dir "$P"; mkdir -p -- "$P/rootfs" || exit 1',
+      '    remove_dir "$P"; mkdir -p -- "$P/rootfs" || exit 1',
       '    { copy_dir "$SRC" "$P/rootfs" && touch -- "$P/done"; } </dev/null >/dev/null 2>&1 &',
       '    _cp=$!',
       '  fi',
@@ -430,9 +430,10 @@ local function key_kind(user_id)
   return math.floor(user_id) == 0 and "content" or "metadata"
 end
 
+-- $P: where a rootfs is copied while it is read for its key (key_commands)
 local function cache_vars(staging, cache, id, job_id)
-  return format("S=%s\nC=%s\nID=%s\nJOB=%s\n", q(staging), q(cache), q(id),
-                q(math.floor(job_id)))
+  return format("S=%s\nC=%s\nID=%s\nJOB=%s\nP=$C/tmp/pending.$ID\n", q(staging), q(cache),
+                q(id), q(math.floor(job_id)))
 end
 
 local function max_kb()
@@ -508,7 +509,7 @@ local function stage_in_cached(id, text, source_root, job_id, user_id, group_id,
     '  flock -u 9',
     '  remove_dir "$T"; mkdir -p -- "$T/users" || exit 1',
     -- the copy made while the key was read, or one now
-    '  if [ -f "${P:-/nonexistent}/done" ]; then mv -- "$P/rootfs" "$T/rootfs" || exit 1',
+    '  if [ -n "${_cp:-}" ] && [ -f "$P/done" ]; then mv -- "$P/rootfs" "$T/rootfs" || exit 1',
     '    echo "while-read"',
     '  else mkdir -- "$T/rootfs" && copy_dir "$SRC" "$T/rootfs" || { remove_dir "$T"; exit 5; }',
     '  fi',
@@ -525,8 +526,7 @@ local function stage_in_cached(id, text, source_root, job_id, user_id, group_id,
     'echo "$_state"',
     "KEEP=$E; evict " .. max_kb(),
     'exec 9>&-',
-    '[ ! -d "${P:-/nonexistent}/rootfs" ] || echo "dropped"',
-    '[ -z "${P:-}" ] || remove_dir "$P"',
+    '[ -z "${_cp:-}" ] || { [ ! -d "$P/rootfs" ] || echo "dropped"; remove_dir "$P"; }',
     '[ ! -e "$T" ] || remove_dir "$T"',
     'empty_trash',
     -- the skeleton: the top-level directories are mount points of overlays, the rest
@@ -554,7 +554,7 @@ local function stage_in_cached(id, text, source_root, job_id, user_id, group_id,
   local function clean_up()
     local undo = { CACHE_FUNCTIONS, cache_vars(staging, cache, id, job_id) }
     if entry then table.insert(undo, "rm -f -- " .. q(entry .. "/users/" .. id)) end
-    table.insert(undo, 'remove_dir "$S"; remove_dir "$C/tmp/pending.$ID"')
+    table.insert(undo, 'remove_dir "$S"; remove_dir "$P"')
     sh(table.concat(undo, "\n"), nil, "cleaning up " .. staging)
   end
   local function give_up(why)
