@@ -161,7 +161,7 @@ def step_argv(inv: Invocation, record: ContainerRecord,
     if chosen is not None:
         node_step.check_exec_node(target, *chosen)
     command = target.derived(lambda: node_step.exec_command(
-        target.runtime, proc.runtime_words(), proc.args))
+        target.runtime, proc.runtime_words(), proc.args, terminal=proc.terminal))
     return (target.step_argv(command, pty=proc.terminal,
                              nodelist=chosen[0] if chosen else None), target.env())
 

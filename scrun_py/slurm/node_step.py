@@ -92,14 +92,29 @@ def ps_script(runtime: NodeRuntime) -> str:
 # Run on the node by `exec`, after the wait: the runtime's exec replaces the shell.
 _EXEC_SCRIPT = _WAIT_FOR_CONTAINER + "exec {exec}"
 
+# The same with a terminal (`exec --tty`, under srun's pty).  crun makes a pty of its own
+# for the process and copies it to its stdout while the process runs; what is still in
+# that pty when the process exits it writes to its stderr as an error record, red and
+# time-stamped when its stderr is a terminal: `docker exec -t C echo ok` then sometimes
+# printed `\x1b[1;31m<time>Z: ok\x1b[0m`.  So the runtime's stderr is a pipe to `cat`,
+# which writes those bytes to the terminal as they are; its stdout and stdin stay the
+# terminal, and its status comes back through fd 5.
+_EXEC_TTY_SCRIPT = _WAIT_FOR_CONTAINER + """{{ s=$( {{ {{ {exec} 4>&- 5>&-; echo $? >&5; }} \
+2>&1 >&4 4>&- | cat >&2 4>&- 5>&-; }} 5>&1 ); }} 4>&1
+exit "${{s:-1}}"
+"""
 
-def exec_command(runtime: NodeRuntime, words: Sequence[str], args: Sequence[str]) -> str:
+
+def exec_command(runtime: NodeRuntime, words: Sequence[str], args: Sequence[str], *,
+                 terminal: bool = False) -> str:
     """`<runtime> exec <words> <id> <args>` once `<runtime> state <id>` answers (see
-    _WAIT_FOR_CONTAINER): `words` shell-quoted with `%` doubled."""
+    _WAIT_FOR_CONTAINER): `words` shell-quoted with `%` doubled; with `terminal`, the
+    runtime's stderr through `cat` (_EXEC_TTY_SCRIPT)."""
     import shlex
 
-    return _EXEC_SCRIPT.format(state=runtime.command(["state"]), tenths=NODE_WAIT_TENTHS,
-                               exec=runtime.command(words) + " " + shlex.join(args))
+    script = _EXEC_TTY_SCRIPT if terminal else _EXEC_SCRIPT
+    return script.format(state=runtime.command(["state"]), tenths=NODE_WAIT_TENTHS,
+                         exec=runtime.command(words) + " " + shlex.join(args))
 
 
 def step_argv(job_id: int, command: str, *, srun: Sequence[str], name: str,

@@ -72,6 +72,64 @@ class TestExec:
         assert 0.25 <= took < 10
 
 
+# a crun whose `exec --tty` says which of its stdio are terminals, writes its last words
+# to stderr (as crun does with what is left in its pty) and exits with $STATUS
+TTY_CRUN = """#!/bin/sh
+case "$1" in
+  state) exit 0 ;;
+  exec) for fd in 0 1 2; do [ -t $fd ] && printf '%s:tty ' $fd || printf '%s:not ' $fd; done
+        echo; echo last-words >&2; exit "${STATUS:-0}" ;;
+esac
+"""
+
+
+def pty_run(tmp_path: Path, command: str, status: int) -> tuple[int, str]:
+    """`command` as the node's /bin/sh runs it under srun's pty: stdio a terminal."""
+    import pty
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "crun").write_text(TTY_CRUN)
+    (bin_dir / "crun").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "STATUS": str(status),
+           "SLURMD_NODENAME": "n1"}
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.Popen(["/bin/sh", "-c", command], env=env, stdin=slave,
+                                stdout=slave, stderr=slave)
+        os.close(slave)
+        out = b""
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: every writer of the terminal is gone
+                break
+            if not chunk:
+                break
+            out += chunk
+        return proc.wait(timeout=30), out.decode().replace("\r\n", "\n")
+    finally:
+        os.close(master)
+
+
+class TestExecWithATerminal:
+    """crun writes what is left in its own pty when the process ends to its stderr, as a
+    red time-stamped error record where that stderr is a terminal: with a terminal the
+    runtime's stderr is a pipe whose bytes reach the terminal as they are."""
+
+    @pytest.mark.parametrize("status", [0, 7])
+    def test_stderr_is_no_terminal_and_the_status_passes(self, tmp_path: Path,
+                                                         status: int) -> None:
+        command = exec_command(RUNTIME, ["exec", "--tty"], ["sh"], terminal=True)
+        rc, out = pty_run(tmp_path, command, status)
+        assert (status, "0:tty 1:tty 2:not \nlast-words\n") == (rc, out)
+
+    def test_without_a_terminal_the_runtime_replaces_the_shell(self) -> None:
+        command = exec_command(RUNTIME, ["exec"], ["sh"])
+        assert command.splitlines()[-1].startswith("exec crun ")
+        assert "cat" not in command
+
+
 class TestPs:
     def test_waits_for_the_container(self, tmp_path: Path) -> None:
         rc, out, took = node_run(tmp_path, ps_script(RUNTIME), 0.4)

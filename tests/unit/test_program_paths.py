@@ -74,8 +74,9 @@ FIELD = "\x00"
 NODE_SIDE = {
     ("scrun_py/slurm/node_step.py", "_PS_SCRIPT"): "ps on the node, after the prologue",
     ("scrun_py/slurm/node_step.py", "_EXEC_SCRIPT"): "exec on the node, after the prologue",
+    ("scrun_py/slurm/node_step.py", "_EXEC_TTY_SCRIPT"):
+        "exec with a terminal on the node, after the prologue",
     ("scrun_py/slurm/node_step.py", "ps_script"): "_PS_SCRIPT filled in",
-    ("scrun_py/slurm/node_step.py", "exec_command"): "_EXEC_SCRIPT filled in",
 }
 #: what the scan cannot follow, each with why it is safe: ("module", scope, kind)
 NOT_FOLLOWED = {
