@@ -704,12 +704,31 @@ cancel_jobs() {  # the cluster's jobs: a job's steps would run on without a slur
     log "jobs of $CLUSTER_NAME still there after 20 s: $(SLURM_CONF=$STATE/slurm.conf squeue -h -o '%A %T' 2>/dev/null | tr '\n' ' ')"
 }
 
+clear_scratch() {  # what the test users' containers left on the shared scratch
+    # (the staging script's caches and copies, Slurm's scrun's scratch_path), once no
+    # other multi-node cluster, which shares the scratch, is up
+    [ "$NODES" -gt 1 ] && [ -d "$SCRATCH" ] || return 0
+    local f d u uid
+    for f in "$STATE_BASE"*n/ctld/slurmctld.pid; do
+        d=${f%/ctld/slurmctld.pid}
+        [ "$d" = "$STATE" ] && continue
+        STATE=$d pid_alive "$f" && return 0
+    done
+    for u in root "$TEST_USER" "$TEST_USER2"; do
+        uid=$(id -u "$u" 2>/dev/null) || continue
+        [ -d "$SCRATCH/$uid" ] || continue
+        rm -rf "${SCRATCH:?}/$uid/scrun-staging" "$SCRATCH/$uid/scrun-cache" "$SCRATCH/$uid/slurm"
+        rmdir "$SCRATCH/$uid" 2>/dev/null || true
+    done
+}
+
 down() {  # what "up" started for this cluster
     # the engines first: dockerd ends its containers through scrun-py, which needs Slurm
     "$REPO/scripts/engines.sh" down || true
     cancel_jobs
     stop_sackd
     stop_slurm
+    clear_scratch
 }
 
 down_all() {  # every cluster of every release, the engines and the machine's munged
