@@ -6,9 +6,9 @@ stage_in copies the rootfs to STAGING_BASE/<container id>/rootfs, writes a confi
 next to it that rootless crun can run as the job user, and points scrun-py at the copy.
 stage_out copies the changed rootfs back and removes the copy.
 
-With CACHE (one-task jobs), the rootfs is copied once per content into CACHE_BASE and
-each container gets overlay mounts of that copy with uppers of its own instead of a
-copy (docs/staging.md).
+With CACHE, the rootfs is copied once per content into CACHE_BASE and each container gets
+overlay mounts of that copy with uppers of its own instead of a copy; in a job of several
+tasks each task has its uppers in a tmpfs of its own (TASK_UPPERS; docs/staging.md).
 
 Install it as scrun.lua next to slurm.conf (or point SCRUN_PY_LUA at it).  Needs rsync,
 cp, realpath, chmod, id, du, sha256sum, sort (coreutils), find (findutils), flock and
@@ -40,12 +40,18 @@ local RSYNC_OK = { [0] = true, [24] = true }
 local CP = "cp -a --reflink=auto --no-preserve=links,xattr,context"
 -- Keep one copy per rootfs content in CACHE_BASE ("%u" as above) and give each container
 -- overlay mounts of it (lower: the cached copy, upper: STAGING_BASE/<id>/upper) instead
--- of a copy of its own.  Only for jobs of one task (several tasks would share the
--- uppers); elsewhere, or where overlayfs cannot be mounted, the rootfs is copied.
+-- of a copy of its own.  Where overlayfs cannot be mounted, the rootfs is copied.
 -- STAGING_BASE must then be on a filesystem overlayfs accepts as upper (not NFS), seen by
 -- the node at the same path; CACHE_BASE may be on a shared filesystem (docs/staging.md).
 local CACHE = true
 local CACHE_BASE = "/tmp/scrun-cache-%u"
+-- The tasks of a job share one config.json, so they cannot share uppers on the scratch:
+-- with TASK_UPPERS, a job of several tasks uses the cache too, each task's uppers in a
+-- tmpfs of its own on its node (the runtime's tmpcopyup; Linux 6.6 or later, for
+-- overlayfs' attributes on tmpfs).  A task's writes to the image's directories are then
+-- its own, count against its node's memory and do not come back at stage_out.  false:
+-- such a job copies the rootfs, which all its tasks share, and SYNC_BACK copies it back.
+local TASK_UPPERS = true
 -- Directories of this machine's own disk or memory: a STAGING_BASE or CACHE_BASE under
 -- one of them is refused for a job whose nodes are not this machine alone
 -- (SLURM_JOB_NODELIST of the job other than this machine's short hostname).
@@ -390,17 +396,33 @@ local function tasks_per_node(job_env)
   return "unknown"
 end
 
-local function overlay_mounts(entry, staging, dirs, readonly)
+-- UPPERS: the directory whose upper/<dir> and work/<dir> the overlays use
+local function overlay_mounts(entry, uppers, dirs, readonly)
   local mounts = slurm.json_array()
   for _, dir in ipairs(dirs) do
     local options = slurm.json_array({ "userxattr",
-      "lowerdir=" .. entry .. "/rootfs/" .. dir, "upperdir=" .. staging .. "/upper/" .. dir,
-      "workdir=" .. staging .. "/work/" .. dir })
+      "lowerdir=" .. entry .. "/rootfs/" .. dir, "upperdir=" .. uppers .. "/upper/" .. dir,
+      "workdir=" .. uppers .. "/work/" .. dir })
     if readonly then table.insert(options, "ro") end
     table.insert(mounts, slurm.json_object({ destination = "/" .. dir, type = "overlay",
                                              source = "overlay", options = options }))
   end
   return mounts
+end
+
+-- A job of several tasks (TASK_UPPERS): the uppers are made in this directory of the
+-- skeleton, and each task's runtime mounts a tmpfs there first that starts as a copy of
+-- them (tmpcopyup), then the overlays, then an empty read-only tmpfs over it, which hides
+-- it from the container.
+local TASK_UPPERS_DIR = ".scrun-uppers"
+
+local function task_uppers_mounts()
+  local function tmpfs(options)
+    return slurm.json_object({ destination = "/" .. TASK_UPPERS_DIR, type = "tmpfs",
+                               source = "tmpfs", options = slurm.json_array(options) })
+  end
+  return tmpfs({ "tmpcopyup", "nosuid", "nodev", "mode=700" }),
+         tmpfs({ "ro", "nosuid", "nodev", "noexec", "mode=000", "size=4k" })
 end
 
 -- The overlays mounted again at stage_in and stage_out (read-write: a read-only rootfs
@@ -446,10 +468,16 @@ local function stage_in_cached(id, text, source_root, job_id, user_id, group_id,
   local base, staging, staged_root = paths(id, user_id)
   local cache = (CACHE_BASE:gsub("%%u", tostring(math.floor(user_id))))
   local tasks = tasks_per_node(job_env)
-  if tasks ~= "1" then
+  local task_uppers = tasks ~= "1"
+  if tasks == "unknown" then
+    slurm.log_info("scrun-staging: %s: the job's environment has no SLURM_TASKS_PER_NODE: "
+                   .. "copying the rootfs", id)
+    return nil
+  end
+  if task_uppers and not TASK_UPPERS then
     -- the tasks of a job share one config.json: they would share the uppers
-    slurm.log_info("scrun-staging: %s: not one task (SLURM_TASKS_PER_NODE=%s): copying the "
-                   .. "rootfs", id, tasks)
+    slurm.log_info("scrun-staging: %s: not one task (SLURM_TASKS_PER_NODE=%s) and "
+                   .. "TASK_UPPERS is false: copying the rootfs", id, tasks)
     return nil
   end
   if not (overlay_safe(staging) and overlay_safe(cache)) then
@@ -473,14 +501,21 @@ local function stage_in_cached(id, text, source_root, job_id, user_id, group_id,
   local script = table.concat({
     "umask 077", COPY_FUNCTIONS, CACHE_FUNCTIONS, cache_vars(staging, cache, id, job_id),
     "SRC=" .. q(source_root),
+    task_uppers and ("TU=" .. q(TASK_UPPERS_DIR) .. '; UP=$S/rootfs/$TU/upper; '
+                     .. 'WK=$S/rootfs/$TU/work')
+      or 'TU=; UP=$S/upper; WK=$S/work',
     "set -e", owned_dir(base), owned_dir(cache),
     'remove_dir "$S"',
-    'mkdir -p -- "$S/rootfs" "$S/upper" "$S/work" "$S/probe/l" "$S/probe/u" "$S/probe/w" '
-      .. '"$S/probe/m"',
+    'mkdir -p -- "$S/rootfs" "$S/upper" "$UP" "$WK" "$S/probe/l" "$S/probe/u" "$S/probe/w" '
+      .. '"$S/probe/m" "$S/probe/t"',
     "set +e",
-    -- can this user mount an overlay with its upper here?
+    -- can this user mount an overlay with its upper here (and, for several tasks, with
+    -- its upper in a tmpfs)?
     'in_ns mount -t overlay overlay -o "userxattr,lowerdir=$S/probe/l,upperdir=$S/probe/u,'
       .. 'workdir=$S/probe/w" "$S/probe/m" || exit 3',
+    '[ -z "$TU" ] || in_ns /bin/sh -c \'mount -t tmpfs tmpfs "$1/t" && mkdir "$1/t/u" "$1/t/w" '
+      .. '&& mount -t overlay overlay -o "userxattr,lowerdir=$1/l,upperdir=$1/t/u,'
+      .. 'workdir=$1/t/w" "$1/m"\' sh "$S/probe" || exit 8',
     'remove_dir "$S/probe"',
     "{ " .. key_commands(excluded, key_kind(user_id)) .. "; } || exit 4",
     'echo "key=$key"',
@@ -539,11 +574,12 @@ local function stage_in_cached(id, text, source_root, job_id, user_id, group_id,
     -- a name overlay options cannot carry (a newline would also forge a "dir=" line)
     '  case "$_f" in *[!A-Za-z0-9._+@-]*) if [ -d "$_f" ] && [ ! -L "$_f" ]; then exit 7; fi;; '
       .. 'esac',
+    '  [ "$_f" != "$TU" ] || exit 9',
     '  if [ -d "$_f" ] && [ ! -L "$_f" ]; then set -- "$@" "$_f"; printf "dir=%s\\n" "$_f"',
     '  else ' .. CP .. ' -- "$_f" "$S/rootfs/" || exit 1; fi',
     'done',
-    '[ $# = 0 ] || { (cd -- "$S/rootfs" && mkdir -- "$@") && (cd -- "$S/work" && mkdir -- "$@") '
-      .. '&& tar --no-recursion -cf - -- "$@" | (cd -- "$S/upper" && tar -xpf -); } || exit 1',
+    '[ $# = 0 ] || { (cd -- "$S/rootfs" && mkdir -- "$@") && (cd -- "$WK" && mkdir -- "$@") '
+      .. '&& tar --no-recursion -cf - -- "$@" | (cd -- "$UP" && tar -xpf -); } || exit 1',
     'cd / && ref "$E/rootfs" "$S/rootfs" || exit 1',
     'snap > "$S/snapshot" || exit 1',
   }, "\n")
@@ -567,7 +603,11 @@ local function stage_in_cached(id, text, source_root, job_id, user_id, group_id,
                     [5] = "the copy into the cache failed",
                     [6] = "its cache entry lost files and a container still uses it",
                     [7] = "a top-level directory of the image has a name overlay options "
-                          .. "cannot carry" }
+                          .. "cannot carry",
+                    [8] = "overlayfs cannot be mounted here with its upper in a tmpfs, as "
+                          .. "each task's is",
+                    [9] = "the image has a top-level " .. TASK_UPPERS_DIR .. ", where the "
+                          .. "tasks' uppers go" }
   if status ~= 0 then
     return give_up(format("%s (status %s: %s)", reasons[status] or "the cache failed",
                           tostring(status), (output:gsub("%s+$", ""):gsub("\n", "; "))))
@@ -605,9 +645,19 @@ local function stage_in_cached(id, text, source_root, job_id, user_id, group_id,
   end
 
   local readonly = config.root and config.root.readonly == true
-  local mounts = overlay_mounts(entry, staging, dirs, readonly)
+  local uppers = task_uppers and (staged_root .. "/" .. TASK_UPPERS_DIR) or staging
+  local mounts = overlay_mounts(entry, uppers, dirs, readonly)
   local all = slurm.json_array()
+  local first, hide = task_uppers_mounts()
+  if task_uppers then table.insert(all, first) end
   for _, mount in ipairs(mounts) do table.insert(all, mount) end
+  if task_uppers then
+    table.insert(all, hide)
+    table.insert(excluded, "/" .. TASK_UPPERS_DIR)
+    slurm.log_info("scrun-staging: %s: several tasks (SLURM_TASKS_PER_NODE=%s): each task's "
+                   .. "uppers are a tmpfs of its own: its writes to the image's directories "
+                   .. "stay on its node and do not come back", id, tasks)
+  end
   for _, mount in ipairs(config.mounts or {}) do table.insert(all, mount) end
   config.mounts = all
 

@@ -567,28 +567,42 @@ class TestHooks:
     def test_shipped_staging_script_on_a_shared_path(self, user_env: Env, conf_dir: Path,
                                                      nodes: list[str]) -> None:
         """lua/scrun-staging.lua with a 3-node job and its bases on the shared scratch,
-        as a site sets them: the copy is made once, on the allocating host, and every node
-        runs it from the shared path; each task sees the staged rootfs."""
+        as a site sets them: the rootfs is copied into the cache once, on the allocating
+        host, and every node runs its tasks from overlays of that entry, each task with
+        uppers of its own (a tmpfs on its node): a task's write is its own and does not
+        come back; a second job of the image copies nothing."""
         env = user_env
         (conf_dir / "scrun.lua").write_text(on_scratch(
             (REPO_ROOT / "lua" / "scrun-staging.lua").read_text()))
-        bundle = _bundle(env, 'cat /marker; echo "on $(hostname)"')
+        bundle = _bundle(env, 'cat /marker; hostname > /etc/task; sleep 1; '
+                              'echo "on $(cat /etc/task)"')
         (bundle.path / "rootfs" / "marker").write_text("staged rootfs\n")
         env.chown(bundle.path)
-        created = env.create("stg", bundle, conf=conf_dir / "slurm.conf",
-                             env=env.user.env(SCRUN_JOB_NUM_NODES="3", SCRUN_LABELIO="1"))
-        assert 0 == created.rc, created.stderr()
-        job = created.job_id()
-        staged = str(env.state("stg")["bundle"])
-        assert staged != str(bundle.path)
-        assert 0 == env.run("start", "stg", conf=conf_dir / "slurm.conf").returncode
-        assert 0 == created.wait_exit(), created.stderr()
-        assert {r: ["staged rootfs", f"on {n}"] for r, n in enumerate(NODES)} == labelled(
-            created.stdout())
-        assert staged.startswith(f"{SCRATCH}/{env.user.uid}/scrun-staging/"), staged
-        assert not Path(staged).exists()
-        assert 0 == env.run("delete", "stg", conf=conf_dir / "slurm.conf").returncode
-        assert [] == nothing_left(env, "stg", job)
+        cache = SCRATCH / str(env.user.uid) / "scrun-cache" / "entries"
+        before = set(cache.iterdir()) if cache.is_dir() else set()
+        for i, cid in enumerate(("stg", "stg2")):
+            created = env.create(cid, bundle, conf=conf_dir / "slurm.conf",
+                                 env=env.user.env(SCRUN_JOB_NUM_NODES="3", SCRUN_LABELIO="1"))
+            assert 0 == created.rc, created.stderr()
+            job = created.job_id()
+            staged = str(env.state(cid)["bundle"])
+            assert staged != str(bundle.path)
+            assert 0 == env.run("start", cid, conf=conf_dir / "slurm.conf").returncode
+            assert 0 == created.wait_exit(), created.stderr()
+            assert {r: ["staged rootfs", f"on {n}"] for r, n in enumerate(NODES)} == labelled(
+                created.stdout())
+            assert staged.startswith(f"{SCRATCH}/{env.user.uid}/scrun-staging/"), staged
+            assert not Path(staged).exists()
+            assert not (bundle.path / "rootfs" / "etc" / "task").exists()
+            assert 0 == env.run("delete", cid, conf=conf_dir / "slurm.conf").returncode
+            assert [] == nothing_left(env, cid, job)
+            said = [str(r.get("msg")) for r in env.log_records()
+                    if f"scrun-staging: {cid}: " in str(r.get("msg"))]
+            assert any("several tasks (SLURM_TASKS_PER_NODE=1(x3))" in m for m in said), said
+            # the first job copies the rootfs into the cache, the second finds it there
+            assert any(("is cached as" if i else "to the cache as") in m for m in said), said
+            [entry] = set(cache.iterdir()) - before
+            assert str(i + 1) == (entry / "uses").read_text().strip()
 
     def test_shipped_staging_script_refuses_a_node_local_base(self, user_env: Env,
                                                               conf_dir: Path,

@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -378,12 +379,54 @@ class TestCache:
             [m for m in second if "cache" in m],
         ), (first, second)
 
-    def test_several_tasks_copy_the_rootfs(self, stage: Stage) -> None:
-        """A job of several tasks shares one config.json: no overlays, the copy."""
+    def test_several_tasks_use_the_cache_with_uppers_of_their_own(self, stage: Stage) -> None:
+        """A job of several tasks shares one config.json: the overlays' uppers are in the
+        skeleton's .scrun-uppers, which each task's runtime first mounts as a tmpfs copy
+        of them (tmpcopyup) and hides afterwards; nothing of it is copied back."""
+        ctx, log = stage.stage_in("c1", tasks="1(x3)")
+        [entry] = stage.entries()
+        mounts = json.loads((Path(ctx.bundle) / "config.json").read_text())["mounts"]
+        uppers = f"{ctx.root_path}/.scrun-uppers"
+        overlays = [m for m in mounts if m["type"] == "overlay"]
+        assert (
+            {"destination": "/.scrun-uppers", "type": "tmpfs", "source": "tmpfs",
+             "options": ["tmpcopyup", "nosuid", "nodev", "mode=700"]},
+            ["userxattr", f"lowerdir={entry}/rootfs/etc", f"upperdir={uppers}/upper/etc",
+             f"workdir={uppers}/work/etc"],
+            {"destination": "/.scrun-uppers", "type": "tmpfs", "source": "tmpfs",
+             "options": ["ro", "nosuid", "nodev", "noexec", "mode=000", "size=4k"]},
+            "127.0.0.1 localhost\n", (stage.image / "etc").stat().st_mode, True,
+            "c1: several tasks (SLURM_TASKS_PER_NODE=1(x3)): each task's uppers are a tmpfs "
+            "of its own: its writes to the image's directories stay on its node and do not "
+            "come back",
+        ) == (
+            mounts[0], next(m["options"] for m in overlays if m["destination"] == "/etc"),
+            mounts[1 + len(overlays)], (Path(uppers) / "upper" / "etc" / "hosts").read_text(),
+            (Path(uppers) / "upper" / "etc").stat().st_mode,
+            "/.scrun-uppers" in (Path(ctx.bundle) / "rootfs-excludes").read_text().split(),
+            next(m for m in log if "several tasks" in m),
+        ), log
+        rc, log = stage.stage_out(ctx)
+        assert (0, ["c1: the container changed nothing in its rootfs: no copy back"]) == (
+            rc, [m for m in log if "back" in m])
+
+    def test_image_with_the_uppers_name_is_copied(self, stage: Stage) -> None:
+        """An image with a top-level .scrun-uppers of its own: several tasks copy."""
+        (stage.image / ".scrun-uppers").mkdir()
+        ctx, log = stage.stage_in("c1", tasks="2")
+        assert [] == [m for m in json.loads((Path(ctx.bundle) / "config.json").read_text())[
+            "mounts"] if m["type"] == "overlay"]
+        assert any("the image has a top-level .scrun-uppers" in m for m in log), log
+        assert 0 == stage.stage_out(ctx)[0]
+
+    def test_several_tasks_copy_without_task_uppers(self, stage: Stage) -> None:
+        """TASK_UPPERS = false: a job of several tasks gets the copy, no overlays."""
+        stage.write_script(TASK_UPPERS="false")
         ctx, log = stage.stage_in("c1", tasks="1(x3)")
         assert (
             [], "hi\n", [],
-            "c1: not one task (SLURM_TASKS_PER_NODE=1(x3)): copying the rootfs",
+            "c1: not one task (SLURM_TASKS_PER_NODE=1(x3)) and TASK_UPPERS is false: copying "
+            "the rootfs",
         ) == (
             stage.entries(), (Path(ctx.root_path) / "etc" / "motd").read_text(),
             [m for m in json.loads((Path(ctx.bundle) / "config.json").read_text())["mounts"]
@@ -556,6 +599,33 @@ class TestContainers:
         assert (0, ["hosts", "motd", "libx.so"], [entry]) == (
             res.returncode, res.stdout.split(), stage.entries()), (res.stderr, log)
         assert 0 == stage.stage_out(fresh)[0]
+
+    def test_tasks_write_into_uppers_of_their_own(self, stage: Stage) -> None:
+        """Two tasks of one job (one config.json) run at once from the cache: each sees
+        the image and its own write only; the cache entry and the staged uppers stay as
+        they were, and .scrun-uppers shows nothing inside the container."""
+        ctx, log = stage.stage_in(
+            "t1", stage.image, "echo $T > /etc/task; sleep 1; cat /etc/motd /etc/task; "
+            "ls -A /.scrun-uppers | wc -l", tasks="2")
+        [entry] = stage.entries()
+        before = (_tree(entry / "rootfs"), _tree(Path(ctx.root_path) / ".scrun-uppers"))
+        config = Path(ctx.bundle) / "config.json"
+        data = json.loads(config.read_text())
+        runs = []
+        for task in ("0", "1"):
+            data["process"]["env"] = ["PATH=/bin", f"T=task{task}"]
+            config.write_text(json.dumps(data))
+            runs.append(subprocess.Popen(
+                ["crun", "--rootless=true", f"--root={stage.tmp}/oci", "run", "--bundle",
+                 ctx.bundle, f"t1-{task}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                text=True))
+            time.sleep(0.2)
+        outs = [r.communicate(timeout=60) for r in runs]
+        after = (_tree(entry / "rootfs"), _tree(Path(ctx.root_path) / ".scrun-uppers"))
+        assert ([0, 0], ["hi\ntask0\n0\n", "hi\ntask1\n0\n"], before) == (
+            [r.returncode for r in runs], [o[0] for o in outs], after), (outs, log)
+        rc, log = stage.stage_out(ctx)
+        assert (0, False) == (rc, (stage.image / "etc" / "task").exists()), log
 
     def test_reader_copies_nothing_back(self, stage: Stage) -> None:
         """A container that only reads: stage_out has nothing to copy back."""
