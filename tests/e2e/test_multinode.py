@@ -577,23 +577,31 @@ class TestHooks:
         bundle = _bundle(env, 'cat /marker; hostname > /etc/task; sleep 1; '
                               'echo "on $(cat /etc/task)"')
         (bundle.path / "rootfs" / "marker").write_text("staged rootfs\n")
+        cfg = bundle.config()
+        cfg["root"]["readonly"] = False  # type: ignore[index]
+        bundle.config_file.write_text(json.dumps(cfg, indent=2))
         env.chown(bundle.path)
+        # the second job's bundle: the same content (cp -a keeps the mtimes the key
+        # covers), as an engine gives each container a rootfs of its own; the first one's
+        # gets what stage_out copies back (on 26.05, slurmstepd's spool dir mount point)
+        again = Bundle(bundle.path.with_name("bundle-again"))
+        subprocess.run(["cp", "-a", str(bundle.path), str(again.path)], check=True)
         cache = SCRATCH / str(env.user.uid) / "scrun-cache" / "entries"
         before = set(cache.iterdir()) if cache.is_dir() else set()
-        for i, cid in enumerate(("stg", "stg2")):
-            created = env.create(cid, bundle, conf=conf_dir / "slurm.conf",
+        for i, (cid, each) in enumerate((("stg", bundle), ("stg2", again))):
+            created = env.create(cid, each, conf=conf_dir / "slurm.conf",
                                  env=env.user.env(SCRUN_JOB_NUM_NODES="3", SCRUN_LABELIO="1"))
             assert 0 == created.rc, created.stderr()
             job = created.job_id()
             staged = str(env.state(cid)["bundle"])
-            assert staged != str(bundle.path)
+            assert staged != str(each.path)
             assert 0 == env.run("start", cid, conf=conf_dir / "slurm.conf").returncode
             assert 0 == created.wait_exit(), created.stderr()
             assert {r: ["staged rootfs", f"on {n}"] for r, n in enumerate(NODES)} == labelled(
-                created.stdout())
+                created.stdout()), created.stderr()
             assert staged.startswith(f"{SCRATCH}/{env.user.uid}/scrun-staging/"), staged
             assert not Path(staged).exists()
-            assert not (bundle.path / "rootfs" / "etc" / "task").exists()
+            assert not (each.path / "rootfs" / "etc" / "task").exists()
             assert 0 == env.run("delete", cid, conf=conf_dir / "slurm.conf").returncode
             assert [] == nothing_left(env, cid, job)
             said = [str(r.get("msg")) for r in env.log_records()
