@@ -15,11 +15,21 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
 
-from bench.common import HANG_S, Ctx, Hang, anchor_of, as_user, call, create_bounded
+from bench.common import (
+    HANG_S,
+    Ctx,
+    Hang,
+    anchor_of,
+    as_user,
+    call,
+    create_bounded,
+    end_container,
+)
 from bench.memory import proc_kb
 from bench.versus import EXES
 
@@ -90,6 +100,7 @@ def _crowd(ctx: Ctx, conf: Path, who: str, count: int) -> dict[str, object]:
     made: list[str] = []
     anchors: set[int] = set()
     failures: list[str] = []
+    out: dict[str, object] = {}
     t0 = time.monotonic()
     try:
         for i in range(count):
@@ -109,14 +120,19 @@ def _crowd(ctx: Ctx, conf: Path, who: str, count: int) -> dict[str, object]:
         found = _sessions_and_descendants(anchors)
         # containers whose processes were found (an anchor read as its pid process, the
         # record not yet written, is not): the per-container figures divide by these
-        out = measure(found, len(anchors & found) or len(anchors))
+        out.update(measure(found, len(anchors & found) or len(anchors)))
         out.update(asked=count, failed=len(failures), first_failures=failures[:3],
                    start_all_s=round(start_s, 1))
         return out
     finally:
         for cid in made:
             _delete(base, ctx, cid)
-        _wait_gone(anchors)
+        left = _wait_gone(anchors)
+        # anchors still there after `delete --force` and HANG_S (Slurm's scrun 24.11's
+        # spin once its job is gone) are ended, so that the next rows run on idle CPUs
+        for cid in made:
+            end_container(cid, ctx.env)
+        out["anchors_left_after_delete"] = left
 
 
 def _delete(base: list[str], ctx: Ctx, cid: str) -> None:
@@ -127,12 +143,31 @@ def _delete(base: list[str], ctx: Ctx, cid: str) -> None:
         pass
 
 
-def _wait_gone(pids: set[int]) -> None:
+def _wait_gone(pids: set[int]) -> int:
+    """How many of `pids` are still there after HANG_S (0 as soon as none is)."""
     deadline = time.monotonic() + HANG_S
-    while time.monotonic() < deadline:
-        if not [p for p in pids if os.path.exists(f"/proc/{p}")]:
-            return
+    while True:
+        left = [p for p in pids if os.path.exists(f"/proc/{p}")]
+        if not left or time.monotonic() >= deadline:
+            return len(left)
         time.sleep(0.5)
+
+
+def _resume_drained(env: dict[str, str]) -> list[str]:
+    """The nodes a row left drained ("NODE: reason"; on 24.11 a step of Slurm's scrun
+    that does not end with signals drains its node: Kill task failed), resumed so that
+    the next row and the next run get them."""
+    out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N|%T|%E"], env=env,
+                         capture_output=True, text=True, timeout=60, check=False).stdout
+    drained = []
+    for line in sorted(set(out.splitlines())):
+        node, _, rest = line.partition("|")
+        state, _, reason = rest.partition("|")
+        if state.startswith("drain"):
+            drained.append(f"{node}: {reason}")
+            subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"],
+                           env=env, capture_output=True, timeout=60, check=False)
+    return drained
 
 
 def crowd_rows(ctx: Ctx, conf: Path, count: int) -> dict[str, object]:
@@ -141,8 +176,15 @@ def crowd_rows(ctx: Ctx, conf: Path, count: int) -> dict[str, object]:
     running container."""
     row: dict[str, object] = {"name": f"{count} running containers of sleep: login node "
                                       "memory (sum of PSS over their processes)"}
+    before = _resume_drained(ctx.env)
+    if before:
+        print(f"[bench] nodes drained before the crowd rows, resumed: {'; '.join(before)}",
+              file=sys.stderr)
     for who in EXES:
         row[who] = _crowd(ctx, conf, who, count)
+        drained = _resume_drained(ctx.env)
+        if drained and isinstance(row[who], dict):
+            row[who]["nodes_drained"] = drained  # type: ignore[index]
     py, slurm = row["scrun-py"], row["Slurm's scrun"]
     # per running container: a runtime some of whose containers failed is compared on
     # those that run
@@ -170,3 +212,13 @@ def print_row(row: dict[str, object]) -> None:
               f"| {got['start_all_s']} s |")
     if "pss_ratio" in row:
         print(f"\nPSS per running container, scrun-py to Slurm's scrun: {row['pss_ratio']}x")
+    for who in EXES:
+        got = row.get(who)
+        left = got.get("anchors_left_after_delete") if isinstance(got, dict) else None
+        if left:
+            print(f"{who}: {left} anchors were still there {HANG_S} s after `delete "
+                  "--force`; the bench ended them")
+        drained = got.get("nodes_drained") if isinstance(got, dict) else None
+        if drained:
+            print(f"{who}: its row left nodes drained ({'; '.join(drained)}); the bench "
+                  "resumed them")
