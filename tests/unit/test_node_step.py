@@ -30,17 +30,23 @@ esac
 RUNTIME = NodeRuntime("crun kill %n.%u.%j.%s.%t", job_id=42, step_id=3)
 
 
-def node_run(tmp_path: Path, command: str, appear_after: float | None,
-             crun: str = STAND_IN_CRUN) -> tuple[int, str, float]:
-    """`command` as the node's /bin/sh runs it; the container appears after
-    `appear_after` seconds (None: never).  Exit status, output, seconds taken."""
+def stand_in_env(tmp_path: Path, crun: str, **extra: str) -> dict[str, str]:
+    """The environment of a node script whose `crun` is the script `crun` (in
+    tmp_path/bin, first in PATH), on node n1, plus `extra`."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "crun").write_text(crun)
     (bin_dir / "crun").chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURMD_NODENAME": "n1",
+            **extra}
+
+
+def node_run(tmp_path: Path, command: str, appear_after: float | None,
+             crun: str = STAND_IN_CRUN) -> tuple[int, str, float]:
+    """`command` as the node's /bin/sh runs it; the container appears after
+    `appear_after` seconds (None: never).  Exit status, output, seconds taken."""
     mark = tmp_path / "created"
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "MARK": str(mark),
-           "SLURMD_NODENAME": "n1"}
+    env = stand_in_env(tmp_path, crun, MARK=str(mark))
     started = time.monotonic()
     proc = subprocess.Popen(["/bin/sh", "-c", command], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
@@ -87,12 +93,7 @@ def pty_run(tmp_path: Path, command: str, status: int) -> tuple[int, str]:
     """`command` as the node's /bin/sh runs it under srun's pty: stdio a terminal."""
     import pty
 
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "crun").write_text(TTY_CRUN)
-    (bin_dir / "crun").chmod(0o755)
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "STATUS": str(status),
-           "SLURMD_NODENAME": "n1"}
+    env = stand_in_env(tmp_path, TTY_CRUN, STATUS=str(status))
     master, slave = pty.openpty()
     try:
         proc = subprocess.Popen(["/bin/sh", "-c", command], env=env, stdin=slave,
