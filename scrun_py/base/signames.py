@@ -53,7 +53,8 @@ def ignore(sig: int) -> None:
 class Relay:
     """Signals to this process that go on to a child (`child`, once it is set) while it
     runs; one that arrives before the child is set, or once it has been reaped, is
-    dropped.  The one relay of create (to the anchor) and exec's supervisor (to srun)."""
+    dropped.  The one relay of create (to the anchor) and exec's supervisor with a
+    terminal (to srun)."""
 
     def __init__(self, signals: Iterable[int], child: Signallable | None = None) -> None:
         self.child = child

@@ -9,11 +9,12 @@ container's id on the node, both taken from oci.conf's RunTimeKill
 cwd, user and terminal come from process.json (--process, as docker and podman pass it)
 or, in runc's positional form, from COMMAND and the bundle's config.json.  stdio pass
 through srun (a pty with --tty/--console-socket); srun's own exit report is dropped from
-stderr.  The supervisor (slurm/node_step.py `supervise`) relays SIGTERM, SIGINT, SIGHUP,
-SIGUSR1 and SIGUSR2 to srun and exits with srun's status: the process's, 128+N for
-signal N.  srun signals every process of the step: a USR1/USR2 reaches the process and
-ends the node's runtime too (status 128+N); TERM, INT and HUP end the step.  The
-supervisor's pid is what --pid-file holds.
+stderr.  The supervisor (slurm/supervisor.py) relays SIGTERM, SIGINT, SIGHUP, SIGUSR1
+and SIGUSR2 and exits with srun's status: the process's, 128+N for signal N.  Without
+a terminal a signal goes, in a second helper step, to the node's runtime alone, which
+passes it on to the process once (as `runc exec` does); with a terminal it goes to srun,
+which signals every process of the step.  The supervisor's pid is what --pid-file
+holds.
 
 The step runs on the node of the container's task 0 (its step's first node), or on the
 node the process's environment names in SCRUN_EXEC_NODE, else the container's
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 
     from scrun_py.base.invocation import Invocation
     from scrun_py.container.record import ContainerRecord
+    from scrun_py.slurm.node_step import NodeTarget
 
 
 class ExecOptions(NamedTuple):
@@ -148,9 +150,9 @@ def load_process(process_file: str | None, command: list[str], tty: bool,
 
 
 def step_argv(inv: Invocation, record: ContainerRecord,
-              proc: Process) -> tuple[list[str], dict[str, str]]:
-    """The helper step's argv and environment, on the node node_step.exec_node
-    chooses."""
+              proc: Process) -> tuple[list[str], NodeTarget]:
+    """The helper step's argv, on the node node_step.exec_node chooses, and its target
+    (its environment, and where signals go)."""
     from scrun_py.site.oci_settings import node_settings
     from scrun_py.slurm import node_step
 
@@ -163,7 +165,7 @@ def step_argv(inv: Invocation, record: ContainerRecord,
     command = target.derived(lambda: node_step.exec_command(
         target.runtime, proc.runtime_words(), proc.args, terminal=proc.terminal))
     return (target.step_argv(command, pty=proc.terminal,
-                             nodelist=chosen[0] if chosen else None), target.env())
+                             nodelist=chosen[0] if chosen else None), target)
 
 
 def exec_runtime_setting(inv: Invocation) -> str | None:
@@ -242,25 +244,26 @@ def exec_status_said(arg0: str) -> Callable[[int, bytes], int]:
 def run(inv: Invocation, container_id: str, opts: ExecOptions,
         command: tuple[str, ...] | list[str] = ()) -> int:
     """Exit status of the process (0 with --detach once the supervisor runs)."""
-    from scrun_py.slurm.node_step import supervise
+    from scrun_py.slurm.supervisor import supervise
 
     record = exec_record(inv, container_id)
     proc = load_process(opts.process, list(command), opts.tty, record.bundle)
-    argv, env = step_argv(inv, record, proc)
+    argv, target = step_argv(inv, record, proc)
+    env, status_of = target.env(), exec_status_said(proc.args[0])
     slave = console(proc, opts.console_socket)
     if not opts.detach:
         if opts.pid_file:
             from scrun_py.container.spool import write_pid_file
 
             write_pid_file(opts.pid_file, os.getpid())
-        return supervise(argv, env, slave=slave, status_of=exec_status_said(proc.args[0]))
+        return supervise(argv, env, slave=slave, status_of=status_of, target=target)
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:  # the supervisor: the caller (a subreaper shim, conmon) reaps it
         code = 1
         try:
-            code = supervise(argv, env, slave=slave, status_of=exec_status_said(proc.args[0]))
+            code = supervise(argv, env, slave=slave, status_of=status_of, target=target)
         except ScrunError as exc:
             from scrun_py.base.logs import one_line
 

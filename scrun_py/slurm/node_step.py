@@ -3,8 +3,9 @@
 node chosen for an exec), the node runtime's command line (NodeRuntime: the runtime and
 the container's id on the node, derived from oci.conf's RunTimeKill by
 argv.node_runtime_command), the scripts run on the node, srun's argv (argv.py's pure
-builders), and the two runners: `ps_pids` (srun through slurm/runner.py) and
-`supervise` (exec's srun, its signals relayed, its stdio the caller's or a pty).
+builders), `ps_pids` (srun through slurm/runner.py), and what signals exec's runtime
+on its node (signal_script, NodeTarget.signal_runtime); exec's srun itself runs under
+slurm/supervisor.py.
 The verbs (commands/ps.py, commands/exec.py) read the settings and print the result.
 
 The scripts here run on a compute node, through argv.build_node_step_argv, which puts
@@ -17,7 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from scrun_py.base import procs, signames
+from scrun_py.base import procs
 from scrun_py.base.errors import ContainerNotRunning, ScrunError
 from scrun_py.base.records import NamedTuple
 from scrun_py.slurm import argv as slurm_argv
@@ -89,8 +90,24 @@ def ps_script(runtime: NodeRuntime) -> str:
                              state=runtime.command(["state"]), tenths=NODE_WAIT_TENTHS)
 
 
-# Run on the node by `exec`, after the wait: the runtime's exec replaces the shell.
-_EXEC_SCRIPT = _WAIT_FOR_CONTAINER + "exec {exec}"
+#: what exec's node script writes on its stderr first, before the runtime's exec replaces
+#: it: `<marker><pid> <start time> <node>`, the pid (the runtime's once it is replaced),
+#: its start time (field 22 of /proc/PID/stat, which tells a reused pid) and the node.
+#: The supervisor's stderr relay takes the line out (stderr_filter.LineFilter).
+RUNTIME_MARKER = b"scrun-py exec runtime: "
+
+# Run on the node by `exec`, after the wait: the line of RUNTIME_MARKER, then the
+# runtime's exec replaces the shell.
+_EXEC_SCRIPT = _WAIT_FOR_CONTAINER + """_s=$(cat /proc/$$/stat) && _s=${{_s##*) }} && \
+set -- $_s && echo "{marker}$$ ${{20}} $SLURMD_NODENAME" >&2
+exec {exec}"""
+
+# Run on the node to signal exec's runtime (RUNTIME_MARKER's pid and start time): only the
+# process that has that start time still.
+_SIGNAL_SCRIPT = """_s=$(cat /proc/{pid}/stat 2>/dev/null) || exit 0
+_s=${{_s##*) }}; set -- $_s
+[ "${{20}}" = {start} ] && kill -{signum} {pid}
+"""
 
 # The same with a terminal (`exec --tty`, under srun's pty).  crun makes a pty of its own
 # for the process and copies it to its stdout while the process runs; what is still in
@@ -114,7 +131,15 @@ def exec_command(runtime: NodeRuntime, words: Sequence[str], args: Sequence[str]
 
     script = _EXEC_TTY_SCRIPT if terminal else _EXEC_SCRIPT
     return script.format(state=runtime.command(["state"]), tenths=NODE_WAIT_TENTHS,
-                         exec=runtime.command(words) + " " + shlex.join(args))
+                         exec=runtime.command(words) + " " + shlex.join(args),
+                         marker=RUNTIME_MARKER.decode())
+
+
+def signal_script(process: tuple[int, int, str], signum: int) -> str:
+    """What signals exec's runtime on its node: `process` is RUNTIME_MARKER's (pid, start
+    time, node)."""
+    pid, start, _node = process
+    return _SIGNAL_SCRIPT.format(pid=int(pid), start=int(start), signum=int(signum))
 
 
 def step_argv(job_id: int, command: str, *, srun: Sequence[str], name: str,
@@ -228,6 +253,17 @@ class NodeTarget:
                                     name=f"scrun-{self.verb}", pty=pty, nodelist=nodelist)]
 
 
+    def signal_runtime(self, process: tuple[int, int, str], signum: int) -> None:
+        """Send `signum` to exec's runtime on its node (`process`: RUNTIME_MARKER's pid,
+        start time and node), in a helper step; what fails is not said: the exec goes on
+        as it would have without the signal."""
+        try:
+            argv = self.step_argv(signal_script(process, signum), nodelist=process[2])
+        except ScrunError:
+            return
+        runner.run(argv, env=self.env(), timeout_s=STEP_TIMEOUT_S, apart=True)
+
+
 #: the exec'd process's variable, and the container's annotation, that name the node
 EXEC_NODE_VAR = "SCRUN_EXEC_NODE"
 EXEC_NODE_ANNOTATION = "org.scrun-py.exec.node"
@@ -307,51 +343,3 @@ def parse_pids(text: str) -> list[int]:
         if type(pid) is int:
             out.append(pid)
     return out
-
-
-#: the signals exec's supervisor relays to srun
-FORWARDED = ("SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGUSR2")
-
-
-def supervise(argv: list[str], env: dict[str, str], *, slave: int | None = None,
-              status_of: Callable[[int, bytes], int] | None = None) -> int:
-    """Run exec's srun, relaying FORWARDED signals to it; its exit status (128+N when a
-    signal N ended it), through `status_of` (status, the end of its stderr) when given.
-    With `slave` (a pty), srun's stdio is the pty; else stdin and stdout are ours and
-    stderr goes through the relay that drops srun's exit report."""
-    import subprocess
-
-    from scrun_py.slurm.stderr_relay import StderrRelay
-
-    relay = signames.Relay([signames.number(name) for name in FORWARDED])
-    errors = StderrRelay(2) if slave is None else None
-    program = procs.resolve_program(argv[0], env)  # absolute already: never the cwd's
-    cwd = runner.start_dir()  # slurmstepd enters it on the node
-    try:
-        if slave is not None:
-            proc = subprocess.Popen(argv, executable=program, env=env, stdin=slave,
-                                    stdout=slave, stderr=slave, start_new_session=True,
-                                    cwd=cwd)
-            os.close(slave)
-        else:
-            assert errors is not None
-            proc = subprocess.Popen(argv, executable=program, env=env,
-                                    stderr=errors.write_fd, cwd=cwd)
-            errors.start()
-        relay.child = proc
-        while True:
-            try:
-                code = proc.wait()
-                break
-            except InterruptedError:
-                continue
-        if errors is not None:
-            errors.drain()
-    except OSError as exc:
-        raise ScrunError(f"exec: cannot run {argv[0]}: {exc.strerror}") from None
-    finally:
-        if errors is not None:
-            errors.close()
-    status = procs.exit_code(code)
-    return status if status_of is None else status_of(
-        status, errors.tail if errors is not None else b"")

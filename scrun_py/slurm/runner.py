@@ -4,7 +4,7 @@ absolute entries only, in a session of its own, killed with its group at the tim
 
 Slurm's programs start elsewhere in three cases, each for a reason: the long-lived ones
 (salloc and its holder: slurm/salloc_holder.py; the container step: slurm/cli_backend.py
-`launch_step`; exec's helper step: slurm/node_step.py `supervise`) keep their stdio and
+`launch_step`; exec's helper step: slurm/supervisor.py `supervise`) keep their stdio and
 outlive a call; `--version` asks `srun --version` through base/version.py, which may
 import nothing of scrun-py's but the version lines (tests/unit/test_imports.py); the Lua
 hooks' commands (hooks/_builtins.py `run_command`, the srun of slurm.remote_command

@@ -13,6 +13,9 @@ report and is followed by more output is the container's own, and passes.  Text
 without a newline, such as a prompt, is not held back unless it could be the start
 of srun's report.  The filter also notes srun's "Unable to create step" line, which
 it passes on: the anchor launches such a step again when slurmctld did not answer.
+exec's filter (`runtime_marker`) also takes out the line its node script writes before
+it becomes the node's runtime (node_step.RUNTIME_MARKER: the runtime's pid, its start
+time and the node), the first such line only, and keeps what it says.
 Pure: the result does not depend on how the bytes are split into reads.
 """
 
@@ -43,7 +46,10 @@ def _hold_from(rest: bytes) -> int:
 class LineFilter:
     """Pure: feed bytes, get the bytes to pass on."""
 
-    def __init__(self) -> None:
+    def __init__(self, runtime_marker: bytes | None = None) -> None:
+        self._marker = runtime_marker  # None once its line was seen
+        # the line after runtime_marker, split: the node runtime's pid, start time, node
+        self.runtime_process: tuple[int, int, str] | None = None
         self._held = b""      # may still become srun's report
         self._bol = True      # _held (or the next byte) starts a line
         self._pending = b""   # a report after unterminated text: dropped only at the end
@@ -62,12 +68,32 @@ class LineFilter:
             start = nl + 1
         rest = buf[start:]
         hold = _hold_from(rest)
+        if self._may_be_marker(rest, bol or start > 0):
+            hold = 0
         out.append(rest[:hold])
         self._held = rest[hold:]
         self._bol = hold == 0 and (bol or start > 0)
         return b"".join(out)
 
+    def _may_be_marker(self, rest: bytes, at_line_start: bool) -> bool:
+        marker = self._marker
+        return (marker is not None and at_line_start and len(rest) < _MAX_LINE
+                and rest[:len(marker)] == marker[:len(rest)])
+
+    def _take_marker(self, line: bytes) -> bool:
+        """`line` is the runtime's marker line: its words kept, True (the line dropped)."""
+        assert self._marker is not None
+        words = line[len(self._marker):].decode(errors="replace").split()
+        if len(words) != 3 or not all(w.isascii() and w.isdigit() for w in words[:2]):
+            return False
+        self.runtime_process = (int(words[0]), int(words[1]), words[2])
+        self._marker = None
+        return True
+
     def _line(self, line: bytes, at_line_start: bool, last: bool) -> bytes:
+        if (self._marker is not None and at_line_start and line.startswith(self._marker)
+                and self._take_marker(line)):
+            return b""
         match = _SRUN_EXIT.search(line)
         if match is None:
             if line.startswith(_PREFIX):

@@ -39,19 +39,25 @@ def _write_all(fd: int, data: bytes) -> None:
 class StderrRelay:
     """A pipe for the step's stderr, and the copy to `out_fd` minus srun's exit line."""
 
-    def __init__(self, out_fd: int = 2) -> None:
+    def __init__(self, out_fd: int = 2, runtime_marker: bytes | None = None) -> None:
         self.out_fd = out_fd
         self.read_fd, self.write_fd = os.pipe2(os.O_CLOEXEC)
         self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC)  # close() stops the copy
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
-        self._filter = LineFilter()
+        self._filter = LineFilter(runtime_marker)
         self.tail = b""  # the end of what was passed on: exec reads the runtime's last word
 
     @property
     def launch_failure(self) -> str | None:
         """Slurm's reason when it could not create the step (see LineFilter)."""
         return self._filter.launch_failure
+
+    @property
+    def runtime_process(self) -> tuple[int, int, str] | None:
+        """exec's node runtime (pid, start time, node) once its marker line came (see
+        LineFilter)."""
+        return self._filter.runtime_process
 
     @property
     def transient_failure(self) -> bool:

@@ -88,10 +88,11 @@ class TestExec:
         assert [] == leftovers(env, "st", [job])
 
     def test_signals(self, env: Env) -> None:
-        """The supervisor forwards signals to srun.  SIGUSR1 reaches the exec'd process
-        (its trap runs), and the node's runtime too, which it ends (srun signals every
-        process of the step): the status is 128+SIGUSR1, or the trap's when it is
-        first.  SIGTERM makes srun end the helper step.  No step is left either way."""
+        """A signal to the supervisor reaches the exec'd process once (its trap runs
+        once, three times in a row), and not its children (sleep is not ended by it):
+        the node's runtime alone is signalled, and it relays the signal, as `runc exec`
+        does.  A trap that exits gives the status.  SIGTERM ends a process without a
+        trap, and the helper step with it.  No step is left either way."""
         import time
 
         created = env.create("sg", env.bundle(["sleep", "120"]))
@@ -100,19 +101,20 @@ class TestExec:
         try:
             assert 0 == env.run("start", "sg").returncode
             wait_status(env, "sg", "running")
-            proc = subprocess.Popen(
-                env.cmd("exec", "sg", "sh", "-c",
-                        "trap 'echo got-usr1; exit 9' USR1; echo ready; "
-                        "while :; do sleep 0.2; done"),
-                env=env.user.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                stdin=subprocess.DEVNULL, text=True)
-            assert proc.stdout is not None
-            assert "ready\n" == proc.stdout.readline()
-            time.sleep(0.5)
-            proc.send_signal(signal.SIGUSR1)
-            out, err = proc.communicate(timeout=60)
-            assert "got-usr1\n" == out, err
-            assert proc.returncode in (9, 128 + signal.SIGUSR1), err
+            for trap, expected in ([("echo got-usr1", ("got-usr1\nend\n", "", 0))] * 3
+                                   + [("echo got-usr1; exit 9", ("got-usr1\n", "", 9))]):
+                proc = subprocess.Popen(
+                    env.cmd("exec", "sg", "sh", "-c",
+                            f"trap '{trap}' USR1; echo ready; n=0; "
+                            "while [ $n -lt 10 ]; do sleep 0.2; n=$((n+1)); done; echo end"),
+                    env=env.user.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                    stdin=subprocess.DEVNULL, text=True)
+                assert proc.stdout is not None
+                assert "ready\n" == proc.stdout.readline()
+                time.sleep(0.5)
+                proc.send_signal(signal.SIGUSR1)
+                out, err = proc.communicate(timeout=60)
+                assert expected == (out, err, proc.returncode)
             proc = subprocess.Popen(
                 env.cmd("exec", "sg", "sh", "-c", "echo ready; while :; do sleep 0.2; done"),
                 env=env.user.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -122,7 +124,7 @@ class TestExec:
             time.sleep(0.5)
             proc.terminate()
             proc.communicate(timeout=60)
-            assert 0 != proc.returncode
+            assert 128 + signal.SIGTERM == proc.returncode
             wait_until(lambda: [] == helper_steps(job), "the helper step to end")
         finally:
             env.run("delete", "--force", "sg")

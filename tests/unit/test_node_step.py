@@ -21,7 +21,7 @@ from scrun_py.slurm.node_step import NodeRuntime, exec_command, ps_script
 STAND_IN_CRUN = """#!/bin/sh
 [ -e "$MARK" ] || { echo "error opening file: No such file" >&2; exit 1; }
 case "$1" in
-  exec) shift; echo "exec $*" ;;
+  exec) shift; echo "exec $*"; echo "crun $$ $(cut -d' ' -f22 /proc/$$/stat)" >&2 ;;
   ps) echo "[7,8]" ;;
   state) echo "{\\"id\\": \\"x\\", \\"pid\\": ${INIT_PID:-7}, \\"status\\": \\"running\\"}" ;;
 esac
@@ -61,11 +61,24 @@ def node_id() -> str:
     return f"n1.{pwd.getpwuid(os.getuid()).pw_name}.42.3.0"
 
 
+def marked(out: str) -> tuple[str, str]:
+    """The node script's RUNTIME_MARKER line (its words) and the rest of `out`."""
+    marker = node_step.RUNTIME_MARKER.decode()
+    lines = out.splitlines(keepends=True)
+    assert lines and lines[0].startswith(marker), out
+    return lines[0][len(marker):].strip(), "".join(lines[1:])
+
+
 class TestExec:
     def test_waits_for_the_container(self, tmp_path: Path) -> None:
+        """...and first names the pid the runtime will have, its start time and the
+        node on stderr."""
         command = exec_command(RUNTIME, ["exec", "--cwd=/"], ["hostname"])
         rc, out, took = node_run(tmp_path, command, 0.4)
-        assert (0, f"exec --cwd=/ {node_id()} hostname\n") == (rc, out)
+        said, rest = marked(out)
+        pid, start, node = said.split()
+        assert (0, f"exec --cwd=/ {node_id()} hostname\ncrun {pid} {start}\n", "n1") == (
+            rc, rest, node)
         assert took >= 0.4
 
     def test_the_wait_is_bounded(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -74,8 +87,37 @@ class TestExec:
         monkeypatch.setattr(node_step, "NODE_WAIT_TENTHS", 3)
         command = exec_command(RUNTIME, ["exec", "--cwd=/"], ["hostname"])
         rc, out, took = node_run(tmp_path, command, None)
-        assert (1, "error opening file: No such file\n") == (rc, out)
+        assert (1, "error opening file: No such file\n") == (rc, marked(out)[1])
         assert 0.25 <= took < 10
+
+
+class TestSignalScript:
+    """What signals exec's runtime on its node signals the process of that pid only
+    while it has the start time the marker said (a pid used again is left alone)."""
+
+    @pytest.mark.parametrize("same_start", [True, False])
+    def test_only_the_process_that_started_then(self, same_start: bool) -> None:
+        import signal
+
+        proc = subprocess.Popen(["sleep", "30"])
+        try:
+            with open(f"/proc/{proc.pid}/stat") as f:
+                start = int(f.read().rsplit(")", 1)[1].split()[19])
+            script = node_step.signal_script(
+                (proc.pid, start if same_start else start + 1, "n1"), signal.SIGUSR1)
+            subprocess.run(["/bin/sh", "-c", script], check=False, timeout=30)
+            if same_start:
+                assert -signal.SIGUSR1 == proc.wait(timeout=10)
+            else:
+                with pytest.raises(subprocess.TimeoutExpired):
+                    proc.wait(timeout=0.5)
+        finally:
+            proc.kill()
+            proc.wait()
+
+    def test_a_pid_that_is_gone(self) -> None:
+        script = node_step.signal_script((2 ** 22 + 1, 5, "n1"), 10)
+        assert 0 == subprocess.run(["/bin/sh", "-c", script], check=False).returncode
 
 
 # a crun whose `exec --tty` says which of its stdio are terminals, writes its last words
@@ -128,7 +170,7 @@ class TestExecWithATerminal:
     def test_without_a_terminal_the_runtime_replaces_the_shell(self) -> None:
         command = exec_command(RUNTIME, ["exec"], ["sh"])
         assert command.splitlines()[-1].startswith("exec crun ")
-        assert "cat" not in command
+        assert "| cat" not in command
 
 
 class TestPs:

@@ -77,6 +77,9 @@ NODE_SIDE = {
     ("scrun_py/slurm/node_step.py", "_EXEC_TTY_SCRIPT"):
         "exec with a terminal on the node, after the prologue",
     ("scrun_py/slurm/node_step.py", "ps_script"): "_PS_SCRIPT filled in",
+    ("scrun_py/slurm/node_step.py", "_SIGNAL_SCRIPT"):
+        "signals exec's runtime on the node, after the prologue",
+    ("scrun_py/slurm/node_step.py", "signal_script"): "_SIGNAL_SCRIPT filled in",
 }
 #: what the scan cannot follow, each with why it is safe: ("module", scope, kind)
 NOT_FOLLOWED = {

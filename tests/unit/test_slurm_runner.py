@@ -104,13 +104,13 @@ class TestStartDir:
     def test_exec_step_starts_there(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                     capfd: pytest.CaptureFixture[str], in_userns: bool,
                                     where: str) -> None:
-        """exec's srun (node_step.supervise) starts in start_dir too."""
-        from scrun_py.slurm import node_step
+        """exec's srun (supervisor.supervise) starts in start_dir too."""
+        from scrun_py.slurm import supervisor
 
         monkeypatch.chdir(tmp_path)
         monkeypatch.setattr(procs, "in_user_namespace", lambda: in_userns)
         out = tmp_path / "out"
-        rc = node_step.supervise([procs.resolve_program("sh", os.environ), "-c",
+        rc = supervisor.supervise([procs.resolve_program("sh", os.environ), "-c",
                                   f"pwd > {out}"], dict(os.environ))
         assert 0 == rc
         assert (str(tmp_path) if where == "caller" else where) + "\n" == out.read_text()

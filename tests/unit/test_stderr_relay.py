@@ -71,6 +71,45 @@ class TestLineFilter:
         assert blob == _through(blob[:1000], blob[1000:])
 
 
+MARKER = b"scrun-py exec runtime: "
+
+
+def _marked(*chunks: bytes) -> tuple[bytes, tuple[int, int, str] | None]:
+    filt = LineFilter(MARKER)
+    out = b"".join(filt.feed(c) for c in chunks) + filt.finish()
+    return out, filt.runtime_process
+
+
+class TestRuntimeMarker:
+    """exec's filter takes out the first line of its node script's marker, and keeps the
+    runtime's pid, start time and node; every other byte passes."""
+
+    def test_the_first_marker_line_is_taken_out_however_it_is_read(self) -> None:
+        stream = b"srun: warning\n" + MARKER + b"4242 987 n3\nout\n" + MARKER + b"1 2 n1\n"
+        for cut in range(len(stream) + 1):
+            assert ((b"srun: warning\nout\n" + MARKER + b"1 2 n1\n", (4242, 987, "n3"))
+                    == _marked(stream[:cut], stream[cut:]))
+
+    @pytest.mark.parametrize("line", [
+        b"x " + MARKER + b"4242 987 n3\n",   # not at a line start
+        MARKER + b"4242 n3\n",               # two words
+        MARKER + b"42x 987 n3\n",            # no pid
+        MARKER + "4242 \u00b2 n3\n".encode(),  # a digit int() does not take
+    ])
+    def test_other_lines_pass(self, line: bytes) -> None:
+        assert (line, None) == _marked(line)
+
+    def test_without_a_marker_the_line_is_the_containers(self) -> None:
+        line = MARKER + b"4242 987 n3\n"
+        assert line == _through(line)
+
+    def test_text_that_may_become_the_marker_waits_for_its_line(self) -> None:
+        filt = LineFilter(MARKER)
+        assert b"" == filt.feed(MARKER[:5])
+        assert MARKER[:5] + b"?\n" == filt.feed(b"?\n")
+        assert b"Password: " == filt.feed(b"Password: ")
+
+
 class TestRelay:
     def test_copies_to_the_target_fd_and_drains(self) -> None:
         read_out, write_out = os.pipe()
