@@ -96,16 +96,20 @@ def ps_script(runtime: NodeRuntime) -> str:
 #: The supervisor's stderr relay takes the line out (stderr_filter.LineFilter).
 RUNTIME_MARKER = b"scrun-py exec runtime: "
 
+# The start time of process $_p (field 22 of /proc/$_p/stat, after the command name in
+# parentheses) as ${20}; false when the process is gone.  What RUNTIME_MARKER's line says
+# and what _SIGNAL_SCRIPT checks.
+_START_TIME = "_s=$(cat /proc/$_p/stat) && _s=${{_s##*) }} && set -- $_s"
+
 # Run on the node by `exec`, after the wait: the line of RUNTIME_MARKER, then the
 # runtime's exec replaces the shell.
-_EXEC_SCRIPT = _WAIT_FOR_CONTAINER + """_s=$(cat /proc/$$/stat) && _s=${{_s##*) }} && \
-set -- $_s && echo "{marker}$$ ${{20}} $SLURMD_NODENAME" >&2
+_EXEC_SCRIPT = _WAIT_FOR_CONTAINER + "_p=$$; " + _START_TIME + """ && \
+echo "{marker}$$ ${{20}} $SLURMD_NODENAME" >&2
 exec {exec}"""
 
 # Run on the node to signal exec's runtime (RUNTIME_MARKER's pid and start time): only the
 # process that has that start time still.
-_SIGNAL_SCRIPT = """_s=$(cat /proc/{pid}/stat 2>/dev/null) || exit 0
-_s=${{_s##*) }}; set -- $_s
+_SIGNAL_SCRIPT = "_p={pid}; " + _START_TIME + """ || exit 0
 [ "${{20}}" = {start} ] && kill -{signum} {pid}
 """
 
@@ -251,7 +255,6 @@ class NodeTarget:
         return [*prefix, *step_argv(self.job_id, command,
                                     srun=[srun, *self.settings.srun_args],
                                     name=f"scrun-{self.verb}", pty=pty, nodelist=nodelist)]
-
 
     def signal_runtime(self, process: tuple[int, int, str], signum: int) -> None:
         """Send `signum` to exec's runtime on its node (`process`: RUNTIME_MARKER's pid,

@@ -55,7 +55,7 @@ class TestStep:
         assert (f"{NODE_PATH_PROLOGUE}n=0\n"
                 f"until {crun} state {cid} >/dev/null 2>&1 || [ $n -ge 100 ]; do sleep 0.1; "
                 "n=$((n+1)); done\n"
-                "_s=$(cat /proc/$$/stat) && _s=${_s##*) } && set -- $_s && "
+                "_p=$$; _s=$(cat /proc/$_p/stat) && _s=${_s##*) } && set -- $_s && "
                 'echo "scrun-py exec runtime: $$ ${20} $SLURMD_NODENAME" >&2\n'
                 f"exec {crun} exec --env=PATH=/bin --env=A=1 --cwd=/ {cid} sh -c "
                 "'echo 100%'") == argv[-1]
