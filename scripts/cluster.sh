@@ -14,6 +14,11 @@
 #   scripts/cluster.sh env  [--slurm R]   print the environment the tests use
 #   scripts/cluster.sh releases           print the releases of scripts/releases.conf, the
 #                                         machine's packaged one first
+#   scripts/cluster.sh releases --testable
+#                                         only those whose source can be had here (a
+#                                         tarball release needs its file in
+#                                         $SCRUN_SLURM_MIRROR); one line on stderr for
+#                                         each of the others
 #   scripts/cluster.sh reconfigure [--slurm R] [--nodes N]
 #                                         scontrol reconfigure; on the site cluster the
 #                                         login node's sackd is started again, so that it
@@ -78,6 +83,7 @@ while [ $# -gt 0 ]; do
         --slurm=*) RELEASE=${1#--slurm=}; shift ;;
         --nodes) NODES=${2:?--nodes needs a number}; shift 2 ;;
         --nodes=*) NODES=${1#--nodes=}; shift ;;
+        --testable) [ "$CMD" = releases ] || { echo "cluster.sh: --testable is for releases" >&2; exit 2; }; ALL=1; shift ;;
         --all) [ "$CMD" = down ] || { echo "cluster.sh: --all is for down" >&2; exit 2; }; ALL=1; shift ;;
         *) echo "usage: $0 up|down [--all]|env|releases|reconfigure|crash NODE [--slurm RELEASE] [--nodes N]" >&2; exit 2 ;;
     esac
@@ -758,7 +764,18 @@ down_all() {  # every cluster of every release, the engines and the machine's mu
     return $rc
 }
 
-[ "$CMD" = releases ] && { releases; exit 0; }
+testable_releases() {  # the releases whose source can be had here
+    local rel why
+    for rel in $(releases); do
+        if why=$("$REPO/scripts/slurm-build.sh" --available "$rel"); then echo "$rel"
+        else echo "[cluster] $why" >&2; fi
+    done
+}
+
+if [ "$CMD" = releases ]; then
+    if [ "$ALL" = 1 ]; then testable_releases; else releases; fi
+    exit 0
+fi
 if [ "$ALL" = 1 ]; then down_all; exit; fi
 resolve_release
 

@@ -3,14 +3,16 @@
 # Slurm's own scrun, from one of two kinds of source:
 #   debian   the orig tarball of Debian's source package (deb-src of the release's suite
 #            through a private apt state; the system's apt sources are not changed);
-#   tarball  an upstream release tarball, checked against the sha256 of releases.conf: taken
-#            from the mirror directory $SCRUN_SLURM_MIRROR when it is there, downloaded from
-#            the line's URL otherwise.  A tarball whose digest differs is refused.
+#   tarball  SchedMD's release tarball, taken only from the mirror directory
+#            $SCRUN_SLURM_MIRROR and checked against the sha256 of releases.conf.  Nothing
+#            is downloaded: a release whose tarball is not there cannot be built here.
 # Cached: nothing is done when the prefix already holds a complete build.
 #
-#   scripts/slurm-build.sh 24.11            build (or reuse) /opt/slurm/24.11
-#   scripts/slurm-build.sh --prefix 24.11   print the prefix
-#   scripts/slurm-build.sh --check 26.05    only fetch and verify the source (no build)
+#   scripts/slurm-build.sh 24.11              build (or reuse) /opt/slurm/24.11
+#   scripts/slurm-build.sh --prefix 24.11     print the prefix
+#   scripts/slurm-build.sh --check 26.05      only fetch and verify the source (no build)
+#   scripts/slurm-build.sh --available 26.05  exit 0 when the release's source can be had
+#                                             here; otherwise print why, in one line, exit 1
 #
 # Needs root on Debian 12 or 13.
 set -euo pipefail
@@ -24,20 +26,33 @@ release_line() {
 
 if [ "${1:-}" = --prefix ]; then echo "$PREFIX_ROOT/$2"; exit 0; fi
 CHECK_ONLY=0
+AVAILABLE_ONLY=0
 if [ "${1:-}" = --check ]; then CHECK_ONLY=1; shift; fi
+if [ "${1:-}" = --available ]; then AVAILABLE_ONLY=1; shift; fi
 REL=${1:?usage: $0 [--prefix|--check] RELEASE}
 LINE=$(release_line "$REL") || { echo "slurm-build: release $REL is not in scripts/releases.conf" >&2; exit 2; }
 read -r _ KIND A B C <<<"$LINE"
 case "$KIND" in
     debian)  SRCPKG=$A SRCVER=$B SUITE=$C; UPSTREAM=${SRCVER%%-*} ;;
-    tarball) TARNAME=$A SHA=$B URL=$C
+    tarball) TARNAME=$A SHA=$B
              UPSTREAM=$(sed -n 's/^slurm-\([0-9][0-9.]*[0-9]\)\.tar\..*/\1/p' <<<"$TARNAME")
-             [ -n "$UPSTREAM" ] && [ ${#SHA} = 64 ] && [ -n "$URL" ] ||
-                 { echo "slurm-build: releases.conf line of $REL: want 'tarball slurm-X.Y.Z.tar.xz SHA256 URL'" >&2; exit 2; }
+             [ -n "$UPSTREAM" ] && [ ${#SHA} = 64 ] && [ -z "$C" ] ||
+                 { echo "slurm-build: releases.conf line of $REL: want 'tarball slurm-X.Y.Z.tar.xz SHA256'" >&2; exit 2; }
              SRCVER="$UPSTREAM sha256:$SHA" ;;
     *) echo "slurm-build: releases.conf line of $REL: unknown source kind '$KIND' (debian or tarball)" >&2; exit 2 ;;
 esac
 PREFIX=$PREFIX_ROOT/$REL
+
+# the one line that says a release built from SchedMD's tarball cannot be tested here
+missing_tarball() {
+    [ "$KIND" = tarball ] || return 1
+    [ -n "${SCRUN_SLURM_MIRROR:-}" ] && [ -f "$SCRUN_SLURM_MIRROR/$TARNAME" ] && return 1
+    echo "Slurm $REL: not tested here: no $TARNAME in SCRUN_SLURM_MIRROR"
+}
+if [ "$AVAILABLE_ONLY" = 1 ]; then
+    if missing_tarball; then exit 1; fi
+    exit 0
+fi
 
 # one build of a release at a time: a second caller (scripts/test.sh builds the next releases
 # in the background while the first one's tests run) waits for it, then finds it complete
@@ -79,21 +94,11 @@ fetch_debian() {  # the orig tarball of Debian's source package, into $WORK/src
     [ -n "$TARBALL" ] || { echo "slurm-build: could not download the orig tarball of $SRCPKG $SRCVER" >&2; exit 1; }
 }
 
-fetch_tarball() {  # the upstream tarball, from the mirror or its URL, checked against its sha256
-    local mirror=${SCRUN_SLURM_MIRROR:-} got
-    if [ -n "$mirror" ] && [ -f "$mirror/$TARNAME" ]; then
-        TARBALL=$mirror/$TARNAME
-        log "using $TARNAME from the mirror directory"
-    else
-        TARBALL=$WORK/src/$TARNAME
-        log "downloading $URL"
-        if command -v curl >/dev/null; then
-            curl -fsSL --retry 2 -o "$TARBALL" "$URL" || true
-        else
-            wget -q -O "$TARBALL" "$URL" || true
-        fi
-        [ -s "$TARBALL" ] || { echo "slurm-build: $TARNAME is not in the mirror directory (SCRUN_SLURM_MIRROR=${mirror:-unset}) and could not be downloaded from $URL" >&2; exit 1; }
-    fi
+fetch_tarball() {  # the tarball from the mirror directory, checked against its sha256
+    local got why
+    if why=$(missing_tarball); then echo "slurm-build: $why" >&2; exit 1; fi
+    TARBALL=$SCRUN_SLURM_MIRROR/$TARNAME
+    log "using $TARNAME from the mirror directory"
     got=$(sha256sum "$TARBALL" | cut -d' ' -f1)
     if [ "$got" != "$SHA" ]; then
         echo "slurm-build: $TARBALL: sha256 $got differs from releases.conf's $SHA: refused" >&2

@@ -3,11 +3,13 @@
 # Run as root on Debian 12/13:
 #
 #   scripts/test.sh [pytest args]             the full suite (unit, end-to-end as root and as
-#                                             an ordinary user, ruff, mypy) on the machine's
-#                                             packaged Slurm and on the release scrun-py
-#                                             implements (FULL_SUITE_RELEASES); then, on
-#                                             every other release of scripts/releases.conf,
-#                                             the release suite below
+#                                             an ordinary user, ruff, mypy, podman's system
+#                                             tests) on the machine's packaged Slurm; then,
+#                                             on every other release of scripts/releases.conf
+#                                             whose source can be had here, the release
+#                                             suite below (a release built from SchedMD's
+#                                             tarball needs it in $SCRUN_SLURM_MIRROR: one
+#                                             line says which releases are not tested)
 #   scripts/test.sh --slurm R [pytest args]   the full suite on release R only
 #
 # First the sdist and the wheel are built and checked (scripts/build.sh: python -m build,
@@ -59,9 +61,11 @@ cd "$REPO"
 ONLY=""
 if [ "${1:-}" = --slurm ]; then ONLY=${2:?--slurm needs a release}; shift 2; fi
 # the end-to-end tests run on every release besides the packaged one: lifecycle, engines,
-# hooks, faults, SPANK, the comparison with Slurm's own scrun, and the backend contract
-# (on a release with pyslurm, scripts/pyslurm.sh: the whole suite on the pyslurm backend)
+# exec, hooks, faults, SPANK, staging, the comparison with Slurm's own scrun, and the
+# backend contract (on a release with pyslurm, scripts/pyslurm.sh: the whole suite on the
+# pyslurm backend); the unit tests, ruff and mypy run once, on the packaged release
 RELEASE_SUITE=(tests/e2e/test_lifecycle.py tests/e2e/test_engines.py tests/e2e/test_hooks.py
+               tests/e2e/test_exec.py tests/e2e/test_staging_cache.py
                tests/e2e/test_faults.py tests/e2e/test_spank.py tests/e2e/test_versus_scrun.py
                tests/e2e/test_release.py tests/e2e/test_backend_contract.py
                tests/e2e/test_backend_choice.py)
@@ -74,11 +78,22 @@ MULTINODE=tests/e2e/test_multinode.py
 SITE_ONLY=(tests/e2e/test_site.py)
 SITE_SUITE=("${SITE_ONLY[@]}" tests/e2e/test_lifecycle.py tests/e2e/test_engines.py
             tests/e2e/test_staging_cache.py tests/e2e/test_exec.py tests/e2e/test_hooks.py)
-# the releases that get the whole suite besides the packaged one: the release whose scrun(1)
-# scrun-py implements
-read -r -a FULL_SUITE_RELEASES <<<"${SCRUN_FULL_SUITE_RELEASES:-26.05}"
+# releases with sackd: their multi-node cluster is the site topology
+has_site() { [ "$(printf '%s\n' "$1" 23.11 | sort -V | head -1)" = 23.11 ]; }
+# the release suite's one-node part: on a release with the site topology, what its site
+# run (SITE_SUITE) runs already is left out
+release_suite() {  # RELEASE
+    local f s keep
+    for f in "${RELEASE_SUITE[@]}"; do
+        keep=1
+        if has_site "$1"; then for s in "${SITE_SUITE[@]}"; do [ "$f" = "$s" ] && keep=0; done; fi
+        [ "$keep" = 0 ] || echo "$f"
+    done
+}
+# releases that get the whole suite besides the packaged one (none unless asked: the unit
+# tests do not depend on the release)
+read -r -a FULL_SUITE_RELEASES <<<"${SCRUN_FULL_SUITE_RELEASES:-}"
 is_full() { local r; for r in "${FULL_SUITE_RELEASES[@]}"; do [ "$r" = "$1" ] && return 0; done; return 1; }
-
 # A pytest run goes in the background (FG) and is waited for: bash runs a trap only once
 # the command in its foreground has ended, but interrupts `wait` for it.  The run is
 # `timeout`, in a process group of its own, which passes SIGINT and SIGTERM on to pytest.
@@ -216,7 +231,7 @@ if [ -n "$ONLY" ]; then
     run_multinode_on "$ONLY" "$@" || rc=$?
     exit $rc
 fi
-mapfile -t RELEASES < <("$REPO/scripts/cluster.sh" releases)
+mapfile -t RELEASES < <("$REPO/scripts/cluster.sh" releases --testable)
 # Build the other releases in the background, at the lowest priority, while the packaged
 # release's tests run (they mostly wait on Slurm): each release's "cluster.sh up" then
 # waits for its build (slurm-build.sh holds one lock per release) instead of starting it.
@@ -246,7 +261,9 @@ for rel in "${RELEASES[@]:1}"; do
 done
 for rel in "${RELEASES[@]:1}"; do
     is_full "$rel" && continue
-    run_on "$rel" "$@" "${RELEASE_SUITE[@]}" || rc=$?
+    mapfile -t suite < <(release_suite "$rel")
+    run_on "$rel" "$@" "${suite[@]}" || rc=$?
+    run_podman_systest_on "$rel" || rc=$?
     run_multinode_on "$rel" "$@" || rc=$?
     down_release "$rel"
 done

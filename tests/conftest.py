@@ -76,7 +76,12 @@ ALLOWED_SKIPS: tuple[AllowedSkip, ...] = (
         "tests/test_releases_conf.py::*::test_the_shared_mirror_matches_releases_conf",
         r"^SCRUN_SLURM_MIRROR is not set$",
         "a machine without a mirror of the Slurm downloads (SCRUN_SLURM_MIRROR is optional: "
-        "scripts/slurm-build.sh then downloads each tarball and checks the same sha256)"),
+        "the releases built from SchedMD's tarballs are then not tested)"),
+    AllowedSkip(
+        "tests/test_releases_conf.py::*::test_a_tarball_release_is_tested_when_the_mirror_has_it*",
+        r"^Slurm \d+\.\d+: not tested here: no slurm-[0-9.]+\.tar\.\w+ in SCRUN_SLURM_MIRROR$",
+        "SchedMD's download site cannot be reached from these machines: a release built from "
+        "its tarball (scripts/releases.conf) is tested only where SCRUN_SLURM_MIRROR holds it"),
 )
 
 

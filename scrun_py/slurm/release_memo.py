@@ -73,21 +73,37 @@ def recall(path: str, key: str) -> tuple[int, int] | None:
 
 
 def remember(path: str, key: str, release: tuple[int, int]) -> None:
-    """Write the memo (a new file renamed into place); nothing when it cannot."""
-    tmp = f"{path}.{os.getpid()}"
+    """Write the memo; nothing when it cannot.
+
+    The file is written unnamed (O_TMPFILE in the memo's directory) and linked at `path`
+    only once complete: no reader sees a partial memo, and a process killed at any point
+    leaves no file behind (a temporary name would stay in the caller's --root).  A memo
+    already there (for another binary) is unlinked first: a reader in between finds no
+    memo and asks srun.  Where the filesystem has no O_TMPFILE there is no memo."""
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+        fd = os.open(os.path.dirname(path) or ".", os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC,
                      0o600)
-    except OSError:
+    except (OSError, AttributeError):
         return
     try:
-        try:
-            os.write(fd, f"{key}\t{release[0]}.{release[1]}\n".encode(errors="replace"))
-        finally:
-            os.close(fd)
-        os.rename(tmp, path)
+        os.write(fd, f"{key}\t{release[0]}.{release[1]}\n".encode(errors="replace"))
+        _link_into_place(fd, path)
     except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _link_into_place(fd: int, path: str) -> None:
+    """Give the unnamed file `fd` the name `path`, replacing a file there.  The link is
+    linkat(2) of /proc/self/fd/FD with AT_SYMLINK_FOLLOW (os.link makes that call only
+    when given a directory descriptor; link(2) would link the symlink itself)."""
+    proc = os.open("/proc/self/fd", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
         try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+            os.link(str(fd), path, src_dir_fd=proc, follow_symlinks=True)
+        except FileExistsError:
+            os.unlink(path)
+            os.link(str(fd), path, src_dir_fd=proc, follow_symlinks=True)
+    finally:
+        os.close(proc)

@@ -4,10 +4,13 @@ a non-zero exit, and nothing left: no job, anchor, socket, spool dir or pid file
 from __future__ import annotations
 
 import json
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
+from scrun_py.slurm import release_memo
 from tests.e2e.conftest import (
     Env,
     anchor_processes,
@@ -92,6 +95,26 @@ class TestBadCreate:
         bundle = env.bundle(["true"], env=["SCRUN_TIMELIMIT=soon"])
         res = run_in_work(env, "create", "--bundle", str(bundle.path), "c")
         _assert_clean_failure(env, res.returncode, res.stderr, "c", "time")
+
+    def test_twenty_failed_allocations_at_once_leave_nothing(self, env: Env) -> None:
+        """20 creates whose allocation fails, at once, from one --root with no memo of
+        srun's release yet: each fails with salloc's reason, and the --root holds
+        nothing but the memo afterwards (no temporary file of it, no spool entry)."""
+        (env.root / release_memo.MEMO_NAME).unlink(missing_ok=True)
+        bundle = env.bundle(["true"], env=["SCRUN_TIMELIMIT=soon"])
+
+        def create(i: int) -> subprocess.CompletedProcess[str]:
+            return run_in_work(env, "create", "--bundle", str(bundle.path), f"c{i}",
+                               log=False)
+
+        with ThreadPoolExecutor(max_workers=20) as pool:
+            results = list(pool.map(create, range(20)))
+        for res in results:
+            assert 0 != res.returncode
+            assert "time" in res.stderr, res.stderr
+        left = sorted(p.name for p in env.root.iterdir())
+        assert left in ([], [release_memo.MEMO_NAME]), left
+        assert [] == traces(env)
 
     @pytest.mark.case("F-05")
     def test_stage_in_failure(self, env: Env, conf_dir: Path) -> None:

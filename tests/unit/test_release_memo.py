@@ -7,6 +7,7 @@ container, and never takes an answer it did not write for that binary."""
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -141,3 +142,44 @@ def test_the_backend_choice_asks_through_the_memo_too(srun: Srun) -> None:
     assert (24, 11) == release_of(srun)
     assert (24, 11) == options.client_release()
     assert 1 == times_asked(srun)
+
+
+def test_a_writer_killed_mid_write_leaves_nothing(tmp_path: Path) -> None:
+    """A process killed while it writes the memo (create killed, an allocation that fails
+    and ends the anchor) leaves no file in the --root: the memo has no name until it is
+    complete."""
+    root = tmp_path / "root"
+    root.mkdir(mode=0o700)
+    path = release_memo.memo_path(str(root))
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the writer: stops inside its write, as a process killed there would
+        os.close(ready_r)
+        real_write = os.write
+
+        def stuck_write(fd: int, data: bytes) -> int:
+            real_write(ready_w, b"x")
+            os.kill(os.getpid(), signal.SIGSTOP)
+            return real_write(fd, data)
+
+        os.write = stuck_write  # type: ignore[assignment]
+        release_memo.remember(path, "key", (24, 11))
+        os._exit(0)
+    os.close(ready_w)
+    try:
+        assert b"x" == os.read(ready_r, 1)
+        assert [] == os.listdir(root)
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(ready_r)
+    assert [] == os.listdir(root)
+
+
+def test_a_memo_for_another_binary_is_replaced(srun: Srun) -> None:
+    path = release_memo.memo_path(str(srun.root))
+    release_memo.remember(path, "old-binary", (22, 5))
+    release_memo.remember(path, "new-binary", (24, 11))
+    assert (24, 11) == release_memo.recall(path, "new-binary")
+    assert None is release_memo.recall(path, "old-binary")
+    assert [release_memo.MEMO_NAME] == os.listdir(srun.root)
