@@ -23,6 +23,10 @@
 # - the image: tests/podman-systest/testimage.sh, imported as quay.io/libpod/testimage:TAG
 #   (the tag of the release's helpers.bash); no registry is used.
 #
+# SCRUN_SYSTEST_CRUN_RESULTS=DIR takes crun's TAP from DIR (results/crun of an earlier run
+# on this machine: crun's results depend on podman, crun and the image, not on Slurm)
+# instead of running crun again: scripts/test.sh runs crun once, with the first release.
+#
 # Each bats file runs with each runtime (TAP), under flock on $SCRUN_SYSTEST_LOCK when that
 # is set (taken per file, so that others sharing the machine get turns between files).
 # Printed: per runtime the counts (passed, failed, skipped) and every test that passes with
@@ -308,9 +312,19 @@ run_file() {  # RUNTIME FILE: the bats file's TAP into results/RUNTIME/FILE.tap
     [ "$rc" != 124 ] || echo "not ok 0 $f.bats: stopped after ${FILE_TIMEOUT}s" >> "$out"
 }
 
-run_both() {  # FILE: the file with each runtime
+CRUN_FROM=${SCRUN_SYSTEST_CRUN_RESULTS:-}
+run_both() {  # FILE: the file with each runtime (crun's TAP taken from CRUN_FROM, if set)
     local rt
-    for rt in $RUNTIMES; do run_file "$rt" "$1"; done
+    for rt in $RUNTIMES; do
+        if [ "$rt" = crun ] && [ -n "$CRUN_FROM" ]; then
+            mkdir -p "$WORK/results/crun"
+            cp "$CRUN_FROM/$1.tap" "$WORK/results/crun/$1.tap" 2>/dev/null ||
+                echo "not ok 0 $1.bats: no TAP of crun in $CRUN_FROM" > "$WORK/results/crun/$1.tap"
+            log "$1.bats with crun: the TAP of $CRUN_FROM"
+            continue
+        fi
+        run_file "$rt" "$1"
+    done
 }
 
 mkdir -p "$WORK/tmp-bats"

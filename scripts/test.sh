@@ -149,17 +149,30 @@ run_multinode_on() {  # RELEASE [pytest args...]: the release's 3-node cluster
     wait_fg
 }
 
+# crun's TAP of this run's first podman system tests: the releases after it take it
+# (crun's results do not depend on Slurm) and run the suite with scrun-py only
+SYSTEST_CRUN=""
 run_podman_systest_on() {  # RELEASE: podman's own system tests, crun beside scrun-py
     [ -z "${SCRUN_TEST_DRY_RUN:-}" ] && [ "${SCRUN_PODMAN_SYSTEST:-1}" = 1 ] || return 0
     # the cluster as "up" leaves it (idempotent): a daemon the suite before stopped and
     # did not bring back is started again, rather than failing every podman test
     "$REPO/scripts/cluster.sh" up --slurm "$1"
+    local state rc=0
+    state=$("$REPO/scripts/cluster.sh" env --slurm "$1" | sed -n 's/^SCRUN_TEST_STATE=//p')
     (
         eval "$("$REPO/scripts/cluster.sh" env --slurm "$1" | sed 's/^/export /')"
+        if [ -n "$SYSTEST_CRUN" ]; then export SCRUN_SYSTEST_CRUN_RESULTS=$SYSTEST_CRUN; fi
         exec "$REPO/scripts/podman-systest.sh"
     ) <&0 &
     FG=$!
-    wait_fg
+    wait_fg || rc=$?
+    if [ -z "$SYSTEST_CRUN" ] && [ -d "$state/podman-systest/results/crun" ]; then
+        SYSTEST_CRUN=/var/tmp/scrun-py-test/systest-crun-$$
+        rm -rf "$SYSTEST_CRUN"
+        mkdir -p /var/tmp/scrun-py-test
+        cp -r "$state/podman-systest/results/crun" "$SYSTEST_CRUN"
+    fi
+    return "$rc"
 }
 
 down_release() {  # RELEASE: its clusters, once its tests are done (memory for the next)
@@ -192,6 +205,7 @@ cleanup() {
         kill -TERM -- -"$PREBUILD" 2>/dev/null
         wait "$PREBUILD" 2>/dev/null
     fi
+    [ -z "$SYSTEST_CRUN" ] || rm -rf "$SYSTEST_CRUN"
     "$REPO/scripts/cluster.sh" down --all || echo "[test] cluster.sh down --all failed" >&2
     "$REPO/scripts/leftovers.sh" --kill || rc=$((rc == 0 ? 1 : rc))
     if [ -n "$SCRUN_PY_TEST_CGROUP" ]; then
