@@ -28,6 +28,20 @@ local SYNC_BACK = true
 local ADD_JOB_ENV = false
 -- Bind mounts whose source is under one of these are kept: they exist on every node.
 local NODE_LOCAL = { "/dev", "/proc", "/sys" }
+-- Directories every node sees at the same path (the site's /home, /scratch, /projects).
+-- A bind mount (a volume) whose source, symlinks and ".." resolved, is under one of them
+-- stays a bind mount of that resolved path: the container reads and writes the user's
+-- own files, nothing is copied.  Every other source is copied into the staged rootfs
+-- (what the user cannot read is left out, with a warning), and a writable one is copied
+-- back after the container ends (COPY_BACK_VOLUMES).
+local SHARED_PATHS = {}
+-- Copy a writable copied volume's new and changed files back to its source after the
+-- container ends (files it removed stay); false: its changes are dropped.
+local COPY_BACK_VOLUMES = true
+-- Bind mounts the engine makes for every container: copied, never copied back.
+local ENGINE_MOUNTS = { "/etc/hosts", "/etc/hostname", "/etc/resolv.conf",
+                        "/run/.containerenv", "/.containerenv", "/run/secrets",
+                        "/etc/passwd", "/etc/group" }
 -- rsync exit codes that still mean "copied": 24 is "some source files vanished".
 local RSYNC = "rsync --archive --numeric-ids --delete"
 local RSYNC_OK = { [0] = true, [24] = true }
@@ -67,6 +81,25 @@ local CACHE_MAX_MB = 4096
 -- "metadata" in a user's own cache.
 local CACHE_KEY = "auto"
 ------------------------------------------------------------------------------------
+-- The settings above are defaults: scrun-py hands the script the [staging] table of
+-- scrun-py.toml as slurm.staging_settings, and a key set there is used instead, so a site
+-- keeps its settings in its own file when it installs a newer script.  Under Slurm's own
+-- scrun, which has no such table, the settings above hold.
+do
+  local site = type(slurm.staging_settings) == "table" and slurm.staging_settings or {}
+  local function setting(key, default)
+    if site[key] == nil then return default end
+    return site[key]
+  end
+  STAGING_BASE = setting("base", STAGING_BASE)
+  SYNC_BACK = setting("sync_back", SYNC_BACK)
+  SHARED_PATHS = setting("shared_paths", SHARED_PATHS)
+  CACHE = setting("cache", CACHE)
+  CACHE_BASE = setting("cache_base", CACHE_BASE)
+  TASK_UPPERS = setting("task_uppers", TASK_UPPERS)
+  CACHE_MAX_MB = setting("cache_max_mb", CACHE_MAX_MB)
+  CACHE_KEY = setting("cache_key", CACHE_KEY)
+end
 
 local format = string.format
 
@@ -158,9 +191,76 @@ local function is_node_local(path)
   return false
 end
 
+-- Is MOUNT a bind mount of an absolute source to an absolute destination?
+local function is_bind_mount(mount)
+  local is_bind = mount.type == "bind"
+  for _, option in ipairs(mount.options or {}) do
+    if option == "bind" or option == "rbind" then is_bind = true end
+  end
+  return is_bind and type(mount.source) == "string" and mount.source:sub(1, 1) == "/"
+    and type(mount.destination) == "string" and mount.destination:sub(1, 1) == "/"
+end
+
+local function has_option(mount, wanted)
+  for _, option in ipairs(mount.options or {}) do
+    if option == wanted then return true end
+  end
+  return false
+end
+
+-- The bind-mount sources of config.json that are under SHARED_PATHS once resolved
+-- (realpath: symlinks and ".." followed, as the kernel will): { [source] = resolved }.
+-- The resolved path is what the node mounts, so what was checked is what is mounted.
+local function shared_sources(config)
+  local shared = {}
+  if #SHARED_PATHS == 0 then return shared end
+  local sources, args = {}, {}
+  for _, path in ipairs(SHARED_PATHS) do table.insert(args, q(path)) end
+  for _, mount in ipairs(config.mounts or {}) do
+    if is_bind_mount(mount) and not is_node_local(mount.source)
+        and mount.destination ~= "/dev/shm" then
+      table.insert(sources, mount.source)
+      table.insert(args, q(mount.source))
+    end
+  end
+  if #sources == 0 then return shared end
+  -- one NUL-terminated field per path: its resolved path, empty if it does not exist
+  local status, output = slurm.allocator_command(
+    'for p in ' .. table.concat(args, " ") .. '; do realpath -ez -- "$p" 2>/dev/null '
+    .. "|| printf '\\0'; done")
+  if status ~= 0 then return shared end
+  local resolved, pos = {}, 1
+  while true do
+    local nul = output:find("\0", pos, true)
+    if not nul then break end
+    table.insert(resolved, output:sub(pos, nul - 1))
+    pos = nul + 1
+  end
+  local bases = {}
+  for i = 1, #SHARED_PATHS do
+    if resolved[i] and resolved[i] ~= "" and resolved[i] ~= "/" then
+      table.insert(bases, resolved[i])
+    end
+  end
+  for i, source in ipairs(sources) do
+    local path = resolved[#SHARED_PATHS + i]
+    if path and path ~= "" then
+      for _, base in ipairs(bases) do
+        if path == base or path:sub(1, #base + 1) == base .. "/" then
+          shared[source] = path
+          break
+        end
+      end
+    end
+  end
+  return shared
+end
+
 -- Make config.json runnable by rootless crun as the job user on a compute node.
--- Returns the bind mounts whose sources must be copied into the rootfs.
-local function rewrite_config(config, staged_root, user_id, group_id, job_env)
+-- Returns the bind mounts whose sources must be copied into the rootfs: { source,
+-- destination, readonly }; a bind mount whose source SHARED (shared_sources) resolves
+-- stays one, of the resolved path.
+local function rewrite_config(config, staged_root, user_id, group_id, job_env, shared)
   config.root = config.root or slurm.json_object()
   config.root.path = staged_root
 
@@ -219,10 +319,14 @@ local function rewrite_config(config, staged_root, user_id, group_id, job_env)
         options = slurm.json_array({ "nosuid", "noexec", "nodev", "mode=1777" }) })
       is_bind = false
     end
-    if is_bind and type(source) == "string" and source:sub(1, 1) == "/"
+    if is_bind and shared and shared[source] then
+      mount.source = shared[source]
+      table.insert(kept, mount)
+    elseif is_bind and type(source) == "string" and source:sub(1, 1) == "/"
         and type(destination) == "string" and destination:sub(1, 1) == "/"
         and not is_node_local(source) then
-      table.insert(copies, { source = source, destination = destination })
+      table.insert(copies, { source = source, destination = destination,
+                             readonly = has_option(mount, "ro") })
     else
       table.insert(kept, mount)
     end
@@ -231,12 +335,47 @@ local function rewrite_config(config, staged_root, user_id, group_id, job_env)
   return copies
 end
 
+-- copy_volume SRC DEST: DEST becomes a copy of SRC (a directory or a file: modes, times,
+-- symlinks; owners and devices only for a job of root's, OWN).  What the user cannot
+-- read (and a directory it cannot search) is left out: "skipped=N SRC: first names" on
+-- stdout.  back_to SRC DEST: SRC's new and changed files copied back from DEST.
+local VOLUME_FUNCTIONS = table.concat({
+  -- rsync without --archive: owners are not set (but as root: OWN), nothing is deleted
+  'vol_rsync() { rsync "$@" || { _s=$?; [ "$_s" = 24 ] || return $_s; }; }',
+  'skipped() { _n=$(wc -l < "$2"); [ "$_n" = 0 ] || printf "skipped=%s %s: %s\\n" "$_n" "$1" '
+    .. '"$(head -n 3 -- "$2" | tr "\\n" " ")"; }',
+  'copy_volume() { if [ -e "$2" ] || [ -L "$2" ]; then chmod -R u+rwX -- "$2" 2>/dev/null; '
+    .. 'rm -rf -- "$2" || return 1; fi',
+  '  if [ -d "$1" ]; then mkdir -p -- "$2" || return 1',
+  '    if [ ! -r "$1" ] || [ ! -x "$1" ]; then printf "skipped=1 %s: .\\n" "$1"; return 0; fi',
+  '    _sk=$(mktemp) || return 1',
+  [[    { printf '.\0'; (cd -- "$1" && find . -mindepth 1 ! -type l ]]
+    .. [[\( ! -readable -o -type d ! -executable \) -fprintf "$_sk" '%P\n' -prune ]]
+    .. [[-o -printf '%P\0'); } ]]
+    .. '| vol_rsync -lpt $OWN --numeric-ids --files-from=- --from0 -- "$1/" "$2/"; _s=$?',
+  '    skipped "$1" "$_sk"; rm -f -- "$_sk"; return $_s',
+  '  elif [ -r "$1" ]; then vol_rsync -Lpt $OWN -- "$1" "$2"',
+  '  else printf "skipped=1 %s: .\\n" "$1"; fi; }',
+  -- (one "back=NAME" line per file copied back.  --checksum: rsync compares mtimes to the
+  -- second, and a file the container rewrote in the second the copy was made, same size,
+  -- must not be taken for unchanged; --update: a file changed at the source meanwhile,
+  -- newer than the copy, is kept)
+  'back_to() { if [ -d "$2" ]; then vol_rsync -rlptuc --omit-dir-times --numeric-ids $OWN '
+    .. '--out-format="back=%n" -- "$2/" "$1/"; elif [ -f "$2" ]; then '
+    .. 'vol_rsync -lptuc $OWN --out-format="back=%n" -- "$2" "$1"; fi; }',
+}, "\n")
+
+local function volume_own(user_id)
+  return "OWN=" .. (math.floor(user_id) == 0 and "'-go -D'" or "--specials")
+end
+
 -- Copy bind-mount sources to their destinations inside the staged rootfs, in one shell,
 -- refusing destinations that symlinks in the image would lead out of the rootfs.
-local function copy_script(copies, staged_root)
+local function copy_script(copies, staged_root, user_id)
   -- The copy keeps the image's modes, and the job user is not root: a read-only directory
   -- on the way (podman 5 makes the rootfs itself 0555) is lent u+w for the copy only.
-  local script = { COPY_FUNCTIONS, "set -e", LEND_FUNCTIONS }
+  local script = { COPY_FUNCTIONS, VOLUME_FUNCTIONS, volume_own(user_id), "set -e",
+                   LEND_FUNCTIONS }
   for _, copy in ipairs(copies) do
     local source = q(copy.source)
     table.insert(script, "d=$(realpath -m -- " .. q(staged_root .. copy.destination) .. ")")
@@ -244,15 +383,54 @@ local function copy_script(copies, staged_root)
                                 .. 'rootfs: $d" >&2; exit 1;; esac', q(staged_root), q(staged_root)))
     table.insert(script, format('p=${d%%/*}; a=$p; while [ ! -e "$a" ]; do a=${a%%/*}; done; '
                                 .. 'lend_w "$a"; '
-                                .. 'if [ -d %s ]; then mkdir -p -- "$d"; copy_dir %s "$d"; '
-                                .. 'else mkdir -p -- "$p"; lend_w "$p"; copy_file %s "$d"; fi; '
-                                .. 'give_back_w', source, source, source))
+                                .. 'if [ -d %s ]; then mkdir -p -- "$d"; else mkdir -p -- "$p"; '
+                                .. 'lend_w "$p"; fi; copy_volume %s "$d"; give_back_w',
+                                source, source))
   end
   return table.concat(script, "\n")
 end
 
-local function copy_into_rootfs(copies, staged_root)
-  return sh(copy_script(copies, staged_root), nil, "copying bind-mount sources into the rootfs")
+local function is_engine_mount(destination)
+  for _, path in ipairs(ENGINE_MOUNTS) do
+    if destination == path then return true end
+  end
+  return false
+end
+
+-- The script stage_out runs to copy the writable volumes back (nil: none to copy back)
+local function copy_back_script(copies, staged_root, user_id)
+  local lines = {}
+  for _, copy in ipairs(copies) do
+    local destination = copy.destination:gsub("/+$", "")
+    if COPY_BACK_VOLUMES and not copy.readonly and not is_engine_mount(destination) then
+      table.insert(lines, format("back_to %s %s || failed=1", q(copy.source),
+                                 q(staged_root .. destination)))
+    end
+  end
+  if #lines == 0 then return nil end
+  return table.concat({ COPY_FUNCTIONS, VOLUME_FUNCTIONS, volume_own(user_id), "failed=",
+                        table.concat(lines, "\n"), '[ -z "$failed" ]' }, "\n") .. "\n"
+end
+
+-- Run a copy of bind-mount sources (its shell text), logging what it left out
+local function run_copies(id, text)
+  local status, output = slurm.allocator_command(text)
+  output = output or ""
+  for count, source, names in output:gmatch("skipped=(%d+) ([^\n]-): ([^\n]*)") do
+    slurm.log_user(format("scrun-staging: %s: %s entries of %s cannot be read by the job's "
+                          .. "user and are not in the container (%s)", id, count, source,
+                          (names:gsub("%s+$", ""))))
+  end
+  if status ~= 0 then
+    slurm.log_error("scrun-staging: copying bind-mount sources into the rootfs failed with "
+                    .. "status %s: %s", tostring(status), (output:gsub("%s+$", "")))
+    return false
+  end
+  return true
+end
+
+local function copy_into_rootfs(id, copies, staged_root, user_id)
+  return run_copies(id, copy_script(copies, staged_root, user_id))
 end
 
 ---------------------------------------------------------------------------- the cache
@@ -486,7 +664,8 @@ local function stage_in_cached(id, text, source_root, job_id, user_id, group_id,
     return nil
   end
   local config = slurm.from_json(text)
-  local copies = rewrite_config(config, staged_root, user_id, group_id, job_env)
+  local copies = rewrite_config(config, staged_root, user_id, group_id, job_env,
+                                shared_sources(config))
   -- mount destinations: the engine makes them per container, and the container sees
   -- its mounts there, not the rootfs
   local excluded = {}
@@ -665,10 +844,15 @@ local function stage_in_cached(id, text, source_root, job_id, user_id, group_id,
   if ok and #copies > 0 then
     -- the copies go into the uppers: through the overlays, in a mount namespace of their own
     ok = write_file(staging .. "/stage-in.sh", ". " .. q(staging .. "/overlays.sh") .. "\n"
-                    .. copy_script(copies, staged_root) .. "\n")
-      and sh(table.concat({ CACHE_FUNCTIONS, cache_vars(staging, cache, id, job_id),
-                            'in_ns /bin/sh "$S/stage-in.sh" && snap > "$S/snapshot"' }, "\n"),
-             nil, "copying bind-mount sources into the rootfs")
+                    .. copy_script(copies, staged_root, user_id) .. "\n")
+      and run_copies(id, table.concat({ CACHE_FUNCTIONS, cache_vars(staging, cache, id, job_id),
+                                        'in_ns /bin/sh "$S/stage-in.sh" && snap > "$S/snapshot"' },
+                                      "\n"))
+    local back = ok and copy_back_script(copies, staged_root, user_id)
+    if back then
+      ok = write_file(staging .. "/copy-back.sh", ". " .. q(staging .. "/overlays.sh") .. "\n"
+                      .. back)
+    end
   end
   if ok then
     table.insert(excluded, "")
@@ -685,6 +869,29 @@ local function stage_in_cached(id, text, source_root, job_id, user_id, group_id,
   slurm.set_bundle_path(staging)
   slurm.set_root_path(staged_root)
   return slurm.SUCCESS
+end
+
+-- stage_out: the writable copied volumes' new and changed files back to their sources
+-- (copy-back.sh of stage_in; with the cache, through the overlays); false if that failed
+local function copy_volumes_back(id, staging, prefix)
+  if not read_file(staging .. "/copy-back.sh") then return true end
+  local status, output = slurm.allocator_command(table.concat({
+    prefix or "", (prefix and "in_ns " or "") .. "/bin/sh " .. q(staging .. "/copy-back.sh") },
+    "\n"))
+  if status ~= 0 then
+    slurm.log_error("scrun-staging: %s: copying the container's volumes back failed with "
+                    .. "status %s: %s", id, tostring(status), ((output or ""):gsub("%s+$", "")))
+    return false
+  end
+  local files = 0
+  for name in (output or ""):gmatch("back=([^\n]*)") do
+    if name ~= "./" and name:sub(-1) ~= "/" then files = files + 1 end
+  end
+  if files > 0 then
+    slurm.log_info("scrun-staging: %s: copied %d new or changed files of its volumes back to "
+                   .. "their sources", id, files)
+  end
+  return true
 end
 
 local function stage_out_cached(id, entry, staging, staged_root, orig_root_path, job_id,
@@ -717,6 +924,9 @@ local function stage_out_cached(id, entry, staging, staged_root, orig_root_path,
                      orig_root_path)
     end
   end
+  -- after the snapshot's check: mounting the overlays again touches their work dirs
+  local volumes_ok = copy_volumes_back(id, staging, CACHE_FUNCTIONS .. "\n"
+                                       .. cache_vars(staging, cache, id, job_id))
   local status, output = slurm.allocator_command(table.concat({
     CACHE_FUNCTIONS, cache_vars(staging, cache, id, job_id), "E=" .. q(entry),
     'exec 9>>"$C/lock"; flock 9 || exit 1',
@@ -732,7 +942,7 @@ local function stage_out_cached(id, entry, staging, staged_root, orig_root_path,
     slurm.log_error("scrun-staging: releasing cache entry %s failed with status %s: %s", entry,
                     tostring(status), ((output or ""):gsub("%s+$", "")))
   end
-  if not ok then
+  if not (ok and volumes_ok) then
     slurm.log_error("scrun-staging: keeping %s because the copy back failed", staging)
     return slurm.FAILURE
   end
@@ -813,9 +1023,12 @@ function slurm_scrun_stage_in(id, bundle, spool_dir, config_file, job_id, user_i
            nil, "copying " .. source_root)
   local excludes = {}
   if ok then
-    local copies = rewrite_config(config, staged_root, user_id, group_id, job_env)
+    local copies = rewrite_config(config, staged_root, user_id, group_id, job_env,
+                                  shared_sources(config))
     for _, copy in ipairs(copies) do table.insert(excludes, copy.destination) end
-    if #copies > 0 then ok = copy_into_rootfs(copies, staged_root) end
+    if #copies > 0 then ok = copy_into_rootfs(id, copies, staged_root, user_id) end
+    local back = ok and copy_back_script(copies, staged_root, user_id)
+    if back then ok = write_file(staging .. "/copy-back.sh", back) end
   end
   if ok then
     table.insert(excludes, "")
@@ -844,6 +1057,10 @@ function slurm_scrun_stage_out(id, bundle, orig_bundle, root_path, orig_root_pat
   if entry then
     return stage_out_cached(id, (entry:gsub("%s+$", "")), staging, staged_root, orig_root_path,
                             job_id, user_id)
+  end
+  if not copy_volumes_back(id, staging) then
+    slurm.log_error("scrun-staging: keeping %s because the copy back failed", staging)
+    return slurm.FAILURE
   end
   if SYNC_BACK then
     slurm.log_info("scrun-staging: copying %s back to %s", staged_root, orig_root_path)

@@ -90,6 +90,12 @@ write_config() {
         ln -sfn "$STATE/slurm.conf" "$CONF/slurm.conf"
         ln -sfn "$STATE/oci.conf" "$CONF/oci.conf"
         install -m 644 "$REPO/lua/scrun-staging.lua" "$CONF/scrun.lua"
+        # the site file: /home is shared by every node here (one machine), so a volume
+        # from under it stays a bind mount (docs/staging.md, "Volumes")
+        local shared='"/home"'
+        case "$STATE" in *-[0-9]n|*-[0-9][0-9]n) shared="$shared, \"${SCRUN_TEST_SCRATCH:-/shared/scratch}\"" ;; esac
+        printf '[staging]\nshared_paths = [%s]\n' "$shared" > "$CONF/scrun-py.toml"
+        chmod 644 "$CONF/scrun-py.toml"
         case "$STATE" in
             *-[0-9]n|*-[0-9][0-9]n)
                 # a multi-node cluster (cluster.sh up --nodes N): the staging bases on the

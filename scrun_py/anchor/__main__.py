@@ -61,7 +61,7 @@ def _prepare(spec: AnchorSpec, log: Logger) -> Lifecycle:
                                              "file": oci_conf.file_debug,
                                              "syslog": oci_conf.syslog_debug}).sinks)
     hooks = load_hooks(slurm_conf, override=None if spec.lua_override else "", log=log,
-                       site_dir=spec.site_dir or None)
+                       site_dir=spec.site_dir or None, staging=spec.staging)
     timeout = environ.get("SCRUN_PY_ALLOC_TIMEOUT", "")
     try:
         alloc_timeout = float(timeout) if timeout else None

@@ -90,6 +90,7 @@ class AnchorSpec(NamedTuple):
     log_level: str | None = None  # --log-level, as given
     site_dir: str = ""  # where scrun.lua is looked for ("": next to slurm_conf)
     lua_override: bool = True  # whether SCRUN_PY_LUA may name another scrun.lua
+    staging: dict[str, Any] = {}  # noqa: RUF012 - [staging] of scrun-py.toml, for scrun.lua
 
     def to_json(self) -> str:
         return fastjson.dumps(self._asdict())

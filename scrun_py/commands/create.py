@@ -28,6 +28,7 @@ from scrun_py.site.presence import site_file_may_apply
 
 TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
+    from typing import Any
 
     from scrun_py.oci.bundle import Bundle
     from scrun_py.site import policy
@@ -49,6 +50,7 @@ class SiteRules(NamedTuple):
     site_policy: policy.Policy | None = None
     site_trust: trust.Trust = trust.Trust()
     site_dir: str = ""  # where scrun.lua is looked for ("": next to slurm.conf)
+    staging: dict[str, Any] = {}  # noqa: RUF012 - [staging], checked; read only
 
 
 def run(inv: Invocation, args: CreateArgs, early: EarlyAnchor | None = None) -> AnchorProcess:
@@ -71,12 +73,13 @@ def run(inv: Invocation, args: CreateArgs, early: EarlyAnchor | None = None) -> 
     try:
         rules = SiteRules(settings)
         if site is not None:
-            from scrun_py.site import policy
+            from scrun_py.site import policy, staging_conf
 
             site_policy = policy.load_policy(site)  # a broken policy is audited as a failure
             site_trust = trust.parse(site)
             trust.check_lua_override(site_trust, os.environ, site)
-            rules = SiteRules(settings, site_policy, site_trust, str(site.directory))
+            rules = SiteRules(settings, site_policy, site_trust, str(site.directory),
+                              staging_conf.settings(site))
         anchor, applied = _create(inv, args, rules, early)
     except ScrunError as exc:
         audit.record(settings, "create-failed", container_id=container_id,
@@ -157,7 +160,8 @@ def _anchor_spec(inv: Invocation, args: CreateArgs, loaded: Bundle,
         ready_fd=-1, created=rfc3339_now(), bundle_info=bundle_info.to_dict(),
         runtime=runtime._asdict(), audit_file=rules.audit_settings.file,
         audit_syslog=rules.audit_settings.syslog, engine=audit.detect_engine(),
-        site_dir=rules.site_dir, lua_override=rules.site_trust.lua_override)
+        site_dir=rules.site_dir, lua_override=rules.site_trust.lua_override,
+        staging=rules.staging)
 
 
 def _start_anchor(inv: Invocation, spec: AnchorSpec, early: EarlyAnchor | None,

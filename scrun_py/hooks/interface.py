@@ -55,12 +55,14 @@ def find_script(slurm_conf: PathArg | None, override: str | None = None) -> str 
 
 def load_hooks(slurm_conf: PathArg | None, override: str | None = None,
                lua_version: str | None = None, log: Any = None,
-               site_dir: PathArg | None = None) -> Hooks:
+               site_dir: PathArg | None = None,
+               staging: dict[str, Any] | None = None) -> Hooks:
     """The hooks to use: ``LuaHooks`` when a script exists, else ``NoHooks``.
 
     ``override`` defaults to ``$SCRUN_PY_LUA`` ("" : none, whatever the environment
     says); ``site_dir`` (where ``scrun.lua`` is looked for) to slurm.conf's directory;
-    ``lua_version`` to ``$SCRUN_PY_LUA_VERSION`` and then ``DEFAULT_LUA``; ``log`` as
+    ``lua_version`` to ``$SCRUN_PY_LUA_VERSION`` and then ``DEFAULT_LUA``; ``log`` and
+    ``staging`` (the site's [staging] table, the script's ``slurm.staging_settings``) as
     for ``LuaHooks``.
     """
     if override is None:
@@ -75,4 +77,4 @@ def load_hooks(slurm_conf: PathArg | None, override: str | None = None,
 
     version = lua_version or os.environ.get(LUA_VERSION_ENV) or DEFAULT_LUA
     return LuaHooks.load(script, version, cluster_name=cluster_name(slurm_conf),
-                         log=log)
+                         log=log, staging=staging)

@@ -23,6 +23,7 @@ from scrun_py.hooks.contract import HOOKS, SLURM_CONSTANTS, STAGE_IN, STAGE_OUT
 
 TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import Any, Final
 
 DEFAULT_LUA: Final = "5.4"
@@ -126,15 +127,19 @@ class LuaHooks:
     """scrun.lua loaded into its own Lua runtime; one instance per anchor."""
 
     def __init__(self, script: str | os.PathLike[str], lua_version: str = DEFAULT_LUA,
-                 cluster_name: str | None = None, log: Any = None) -> None:
+                 cluster_name: str | None = None, log: Any = None,
+                 staging: Mapping[str, object] | None = None) -> None:
         """Create the runtime and the ``slurm`` table; the script itself is not run yet.
 
         ``log``: where hook records go (the anchor's ``logs.Logger``); structlog's
-        logger when None."""
+        logger when None.  ``staging``: the site's [staging] table
+        (site/staging_conf.py), the script's ``slurm.staging_settings`` (lists as
+        arrays); an empty table when None."""
         self.script = script
         self._log_to = log
         self.lua_version = lua_version
         self.cluster_name = cluster_name
+        self.staging = dict(staging or {})
         self._lupa = _import_lupa(lupa_module_name(lua_version))
         self._ctx: HookContext | None = None
         self._trace = os.environ.get(TRACE_ENV, "") not in ("", "0")
@@ -152,6 +157,9 @@ class LuaHooks:
         constants: dict[str, object] = dict(SLURM_CONSTANTS)
         if cluster_name:
             constants["CLUSTER_NAME"] = cluster_name
+        constants["staging_settings"] = self._runtime.table_from({
+            key: self._runtime.table_from(value) if isinstance(value, list) else value
+            for key, value in self.staging.items()})
         self._helpers: Any = self._runtime.execute(
             read_prelude(), self._runtime.table_from(callbacks),
             self._runtime.table_from(constants), name="=scrun-py prelude")
@@ -163,9 +171,10 @@ class LuaHooks:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], lua_version: str = DEFAULT_LUA, *,
-             cluster_name: str | None = None, log: Any = None) -> LuaHooks:
+             cluster_name: str | None = None, log: Any = None,
+             staging: Mapping[str, object] | None = None) -> LuaHooks:
         """Load ``path`` with Slurm's rules; any failure is a one-line ``HookError``."""
-        hooks = cls(path, lua_version, cluster_name, log)
+        hooks = cls(path, lua_version, cluster_name, log, staging)
         hooks._run_script()
         return hooks
 
@@ -206,7 +215,8 @@ class LuaHooks:
         from scrun_py.hooks import owed_record
 
         # delete runs stage_out from this if the anchor dies before it does (hooks/owed.py)
-        owed_record.save(ctx, os.fspath(self.script), self.lua_version, self.cluster_name)
+        owed_record.save(ctx, os.fspath(self.script), self.lua_version, self.cluster_name,
+                         self.staging)
 
     def stage_out(self, ctx: HookContext) -> int | None:
         """Run ``slurm_scrun_stage_out``; failures are logged, never raised.

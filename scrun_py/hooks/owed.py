@@ -55,6 +55,7 @@ def run_owed(spool_dir: str, log: Any) -> int | None:
         ctx = _context(doc)
         script, version = str(doc["script"]), str(doc["lua_version"])
         cluster = doc.get("cluster_name")
+        staging = dict(doc.get("staging") or {})
     except (ValueError, LookupError, TypeError, AttributeError, RecursionError) as exc:
         log.error("owed stage_out: unreadable record", error=repr(exc), file=name)
         return -1
@@ -63,7 +64,7 @@ def run_owed(spool_dir: str, log: Any) -> int | None:
 
     try:
         hooks = LuaHooks.load(script, version, cluster_name=str(cluster) if cluster else None,
-                              log=log)
+                              log=log, staging=staging)
     except HookError as exc:
         log.error("owed stage_out: scrun.lua does not load", error=str(exc), script=script)
         return -1

@@ -20,12 +20,14 @@ def path(spool_dir: str) -> str:
     return os.path.join(spool_dir, STAGE_OUT_FILE)
 
 
-def save(ctx: HookContext, script: str, lua_version: str, cluster_name: str | None) -> None:
+def save(ctx: HookContext, script: str, lua_version: str, cluster_name: str | None,
+         staging: dict[str, object] | None = None) -> None:
     """Record that stage_out is owed for `ctx` (best effort: a spool dir that cannot take
     the file only loses this fallback)."""
     from scrun_py.container.spool import write_atomic
 
     doc = {"script": script, "lua_version": lua_version, "cluster_name": cluster_name,
+           "staging": staging or {},
            "id": ctx.container_id, "bundle": ctx.bundle, "orig_bundle": ctx.orig_bundle,
            "root_path": ctx.root_path, "orig_root_path": ctx.orig_root_path,
            "spool_dir": ctx.spool_dir, "config_file": ctx.config_file, "job_id": ctx.job_id,

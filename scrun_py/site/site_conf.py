@@ -3,6 +3,7 @@
     [audit]    -> scrun_py.site.audit
     [exec]     -> exec_runtime (the node runtime `exec` and `ps` run)
     [policy]   -> scrun_py.site.policy
+    [staging]  -> scrun_py.site.staging_conf (the shipped staging script's settings)
     [trust]    -> scrun_py.site.trust
 
 A missing file is an empty one.  An unknown table or key is an error, so that a typo
@@ -34,7 +35,7 @@ TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
     from typing import Any
 
-SECTIONS = ("audit", "exec", "policy", "trust")
+SECTIONS = ("audit", "exec", "policy", "staging", "trust")
 
 
 class SiteConf(NamedTuple):

@@ -182,16 +182,20 @@ class TestRefusals:
 
 @contextmanager
 def site_policy(text: str) -> Iterator[None]:
-    """The engines run scrun-py against their own config dir (scripts/engines.sh): put
-    the policy next to its slurm.conf for the duration of one test."""
+    """The engines run scrun-py against their own config dir (scripts/engines.sh): add
+    the policy to its scrun-py.toml (its [staging] table) for the duration of one test."""
     path = STATE / "engines" / "conf" / "scrun-py.toml"
-    assert not path.exists(), f"{path} left behind by another test"
-    path.write_text(text)
+    before = path.read_text() if path.exists() else None
+    assert "[policy]" not in (before or ""), f"{path}: a policy left behind by another test"
+    path.write_text((before or "") + text)
     os.chmod(path, 0o644)
     try:
         yield
     finally:
-        path.unlink(missing_ok=True)
+        if before is None:
+            path.unlink(missing_ok=True)
+        else:
+            path.write_text(before)
 
 
 @pytest.mark.engines

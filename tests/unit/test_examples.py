@@ -14,7 +14,7 @@ import pytest
 
 from scrun_py.base.layout import TRUST_KEYS
 from scrun_py.commands import examples
-from scrun_py.site import audit, policy, site_conf, trust
+from scrun_py.site import audit, policy, site_conf, staging_conf, trust
 from tests.unit.cli_run import run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -96,7 +96,8 @@ class TestSiteFileExample:
         data = tomllib.loads(uncommented(self.TEXT))
         assert set(site_conf.SECTIONS) == set(data)
         assert {"policy": set(policy.KEYS), "trust": set(TRUST_KEYS),
-                "audit": {"file", "syslog"}, "exec": {"runtime"}} == \
+                "audit": {"file", "syslog"}, "exec": {"runtime"},
+                "staging": set(staging_conf.KEYS)} == \
             {k: set(v) for k, v in data.items()}
 
     def test_accepted_uncommented(self, tmp_path: Path) -> None:
@@ -110,3 +111,5 @@ class TestSiteFileExample:
         assert "/var/log/scrun-py/audit.jsonl" == audit.load_settings(conf, site).file
         assert "SLURM_JOB_ID" in trust.parse(site).container_env
         assert site_conf.exec_runtime(conf) is not None
+        assert ["/home", "/scratch", "/projects"] == \
+            staging_conf.settings(site)["shared_paths"]

@@ -67,6 +67,7 @@ class Stage:
 
     tmp: Path
     settings: dict[str, str] = field(default_factory=dict)
+    site: dict[str, Any] = field(default_factory=dict)  # [staging] of scrun-py.toml
 
     def __post_init__(self) -> None:
         self.bin = self.tmp / "bin"
@@ -120,7 +121,8 @@ class Stage:
         subprocess.run(["cp", "-a", str(self.image), str(dest)], check=True)
         return dest
 
-    def bundle(self, cid: str, rootfs: Path, cmd: str = "true", readonly: bool = False) -> Path:
+    def bundle(self, cid: str, rootfs: Path, cmd: str = "true", readonly: bool = False,
+               mounts: Sequence[Mapping[str, Any]] = ()) -> Path:
         bundle = self.tmp / f"bundle-{cid}"
         bundle.mkdir()
         (self.tmp / "data").mkdir(exist_ok=True)
@@ -140,6 +142,7 @@ class Stage:
                  "options": ["rbind", "ro"]},
                 {"destination": "/data", "type": "bind", "source": str(self.tmp / "data"),
                  "options": ["rbind"]},
+                *mounts,
             ],
             "linux": {"namespaces": [{"type": "pid"}, {"type": "mount"}, {"type": "ipc"},
                                      {"type": "uts"}, {"type": "network"}]},
@@ -164,14 +167,15 @@ class Stage:
                  **kwargs: Any) -> tuple[HookContext, list[str]]:
         rootfs = rootfs or self.image
         readonly = kwargs.pop("readonly", False)
-        ctx = self.ctx(cid, self.bundle(cid, rootfs, cmd, readonly), rootfs, **kwargs)
+        mounts = kwargs.pop("mounts", ())
+        ctx = self.ctx(cid, self.bundle(cid, rootfs, cmd, readonly, mounts), rootfs, **kwargs)
         with capture_logs() as logs:
-            LuaHooks.load(self.script).stage_in(ctx)
+            LuaHooks.load(self.script, staging=self.site).stage_in(ctx)
         return ctx, lua_messages(logs)
 
     def stage_out(self, ctx: HookContext) -> tuple[int | None, list[str]]:
         with capture_logs() as logs:
-            rc = LuaHooks.load(self.script).stage_out(ctx)
+            rc = LuaHooks.load(self.script, staging=self.site).stage_out(ctx)
         return rc, lua_messages(logs)
 
     def entries(self, cache: Path | None = None) -> list[Path]:
