@@ -349,11 +349,18 @@ local VOLUME_FUNCTIONS = table.concat({
   '  if [ -d "$1" ]; then mkdir -p -- "$2" || return 1',
   '    if [ ! -r "$1" ] || [ ! -x "$1" ]; then printf "skipped=1 %s: .\\n" "$1"; return 0; fi',
   '    _sk=$(mktemp) || return 1',
-  [[    { printf '.\0'; (cd -- "$1" && find . -mindepth 1 ! -type l ]]
+  -- (not "." itself: rsync would create every name in it; its mode and mtime come last)
+  [[    (cd -- "$1" && LC_ALL=C find . -mindepth 1 ! -type l ]]
     .. [[\( ! -readable -o -type d ! -executable \) -fprintf "$_sk" '%P\n' -prune ]]
-    .. [[-o -printf '%P\0'); } ]]
+    .. [[-o -printf '%P\0') 2>"$_sk.e" ]]
     .. '| vol_rsync -lpt $OWN --numeric-ids --files-from=- --from0 -- "$1/" "$2/"; _s=$?',
-  '    skipped "$1" "$_sk"; rm -f -- "$_sk"; return $_s',
+  -- (a directory access(2) calls searchable that cannot be opened, in a user namespace
+  -- of an engine: find's message names it, and its empty copy is removed)
+  '    LC_ALL=C sed -n "s|^find: .\\./\\(.*\\).: Permission denied$|\\1|p" "$_sk.e" > "$_sk.d"',
+  '    while IFS= read -r _p; do rm -rf -- "$2/$_p"; done < "$_sk.d"; cat -- "$_sk.d" >> "$_sk"',
+  '    rm -f -- "$_sk.d"',
+  '    chmod --reference="$1" -- "$2" && touch -r "$1" -- "$2" || _s=1',
+  '    skipped "$1" "$_sk"; rm -f -- "$_sk" "$_sk.e"; return $_s',
   '  elif [ -r "$1" ]; then vol_rsync -Lpt $OWN -- "$1" "$2"',
   '  else printf "skipped=1 %s: .\\n" "$1"; fi; }',
   -- (one "back=NAME" line per file copied back.  --checksum: rsync compares mtimes to the
