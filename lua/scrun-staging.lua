@@ -191,6 +191,14 @@ local function is_node_local(path)
   return false
 end
 
+-- Is PATH one of DIRS or under one of them?
+local function under(path, dirs)
+  for _, dir in ipairs(dirs) do
+    if path == dir or path:sub(1, #dir + 1) == dir .. "/" then return true end
+  end
+  return false
+end
+
 -- Is MOUNT a bind mount of an absolute source to an absolute destination?
 local function is_bind_mount(mount)
   local is_bind = mount.type == "bind"
@@ -244,14 +252,7 @@ local function shared_sources(config)
   end
   for i, source in ipairs(sources) do
     local path = resolved[#SHARED_PATHS + i]
-    if path and path ~= "" then
-      for _, base in ipairs(bases) do
-        if path == base or path:sub(1, #base + 1) == base .. "/" then
-          shared[source] = path
-          break
-        end
-      end
-    end
+    if path and path ~= "" and under(path, bases) then shared[source] = path end
   end
   return shared
 end
@@ -963,13 +964,6 @@ local function job_var(job_env, name)
     if value then return value end
   end
   return nil
-end
-
-local function under(path, dirs)
-  for _, dir in ipairs(dirs) do
-    if path == dir or path:sub(1, #dir + 1) == dir .. "/" then return true end
-  end
-  return false
 end
 
 -- nil when the bases can hold this job's copies, else the one-line reason they cannot:
