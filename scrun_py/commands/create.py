@@ -223,7 +223,7 @@ def _bundle_info(inv: Invocation, container_id: str, loaded: Bundle,
         path=loaded.path, rootfs=loaded.rootfs, imported_env=imported,
         config=ConfigInfo(ociVersion=loaded.config.ociVersion,
                           process=ProcessInfo(args=program_in_rootfs(
-                              list(process.args), process.env, loaded.rootfs),
+                              list(process.args), process.env, loaded.rootfs, process.cwd),
                                               terminal=loaded.config.process.terminal),
                           annotations=dict(loaded.config.annotations)))
 

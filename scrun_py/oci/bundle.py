@@ -38,15 +38,25 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 MAX_CONFIG_BYTES = 16 << 20
 
 
-def program_in_rootfs(args: list[str], env: list[str], rootfs: str) -> list[str]:
-    """`args` with a program name that has no ``/`` replaced by its path inside `rootfs`,
-    found on the container's PATH (process.env's, else DEFAULT_PATH) as the runtime finds it
-    inside the container.  srun (from 23.02) looks such a name up on the login node's
-    PATH instead and hands the container that host path (`sh` becomes /usr/bin/sh, which a
-    busybox image does not have); an absolute path it leaves alone.  `args` unchanged when
-    the name is not found there (the runtime then reports it, as it would)."""
-    if not args or "/" in args[0] or not args[0]:
+def program_in_rootfs(args: list[str], env: list[str], rootfs: str,
+                      cwd: str = "/") -> list[str]:
+    """`args` with its program named as the runtime finds it inside the container, for
+    srun, which resolves it on the login node before slurmstepd hands it to the runtime.
+
+    A name without ``/`` becomes its path inside `rootfs`, found on the container's PATH
+    (process.env's, else DEFAULT_PATH): srun (from 23.02) looks it up on the login node's
+    PATH and hands the container that host path (`sh` becomes /usr/bin/sh, which a
+    busybox image does not have).  A relative path with a ``/`` (``./pause``) becomes
+    absolute under the container's working directory `cwd` (process.cwd), where the
+    runtime resolves it: srun (24.11) puts its own working directory in front of it.  An
+    absolute path is left alone; `args` unchanged when the name is not found (the runtime
+    then reports it, as it would)."""
+    if not args or not args[0] or args[0].startswith("/"):
         return args
+    if "/" in args[0]:
+        if not cwd.startswith("/"):
+            return args
+        return [os.path.join(cwd, args[0]), *args[1:]]
     path = next((e[5:] for e in reversed(env) if e.startswith("PATH=")), DEFAULT_PATH)
     for directory in path.split(":"):
         if directory.startswith("/") and os.path.lexists(

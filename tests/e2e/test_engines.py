@@ -296,6 +296,12 @@ class TestEngines:
         finally:
             engine.rm_force(name)
 
+    def test_relative_program_under_the_working_directory(self, engine: Engine) -> None:
+        """`-w /bin IMAGE ./busybox` runs /bin/busybox, as with runc: not a path under
+        the engine's own working directory (srun 24.11 would prefix its own)."""
+        res = engine.run("--rm", "-w", "/bin", engine.image, "./busybox", "echo", "ok")
+        assert (0, "ok") == (res.returncode, res.stdout.strip()), res.stderr
+
     def test_exit_code(self, engine: Engine) -> None:
         name = _name("rc")
         res = engine.run("--name", name, engine.image, "sh", "-c", "exit 42")

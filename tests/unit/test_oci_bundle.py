@@ -472,7 +472,19 @@ class TestProgramInRootfs:
         from scrun_py.oci.bundle import program_in_rootfs
         assert ["/usr/bin/env"] == program_in_rootfs(["env"], ["TERM=x"], str(rootfs))
 
-    @pytest.mark.parametrize("args", [["/bin/sh"], ["./sh"], ["nosuch"], [""]])
+    @pytest.mark.parametrize("args", [["./pause"], ["bin/x", "-v"], ["../up/x"]])
+    def test_relative_path_under_the_working_directory(self, rootfs: Path,
+                                                      args: list[str]) -> None:
+        from scrun_py.oci.bundle import program_in_rootfs
+        resolved = program_in_rootfs(args, ["PATH=/bin"], str(rootfs), "/home/podman")
+        assert [f"/home/podman/{args[0]}", *args[1:]] == resolved
+
+    def test_relative_path_with_a_relative_working_directory_left_alone(
+            self, rootfs: Path) -> None:
+        from scrun_py.oci.bundle import program_in_rootfs
+        assert ["./x"] == program_in_rootfs(["./x"], [], str(rootfs), "home")
+
+    @pytest.mark.parametrize("args", [["/bin/sh"], ["nosuch"], [""]])
     def test_left_alone(self, rootfs: Path, args: list[str]) -> None:
         from scrun_py.oci.bundle import program_in_rootfs
         assert args == program_in_rootfs(args, ["PATH=/usr/bin:/bin"], str(rootfs))
