@@ -11,7 +11,7 @@ import os
 import sys
 
 from scrun_py.anchor import readiness
-from scrun_py.anchor.handoff import AnchorSpec, read_spec
+from scrun_py.anchor.handoff import AnchorSpec, BundleInfo, read_spec
 
 TYPE_CHECKING = False  # typing not imported at run time: base/lean.py
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ def _logger(spec: AnchorSpec, environ: dict[str, str],
 def _prepare(spec: AnchorSpec, log: Logger) -> Lifecycle:
     """Everything that can fail before anything exists in Slurm (raises ScrunError).
     Moves `log` to the levels oci.conf and the bundle's environment ask for."""
-    from scrun_py.anchor.handoff import BundleInfo, RuntimeSettings
+    from scrun_py.anchor.handoff import RuntimeSettings
     from scrun_py.anchor.lifecycle import Lifecycle
     from scrun_py.anchor.supervised import SupervisedContainer
     from scrun_py.base.errors import ScrunError
@@ -55,6 +55,7 @@ def _prepare(spec: AnchorSpec, log: Logger) -> Lifecycle:
     for key, var in ANNOTATION_OPTIONS.items():
         if key in bundle.config.annotations and var not in environ:
             environ[var] = bundle.config.annotations[key]
+    environ = _with_engine_request(environ, bundle, log)
     slurm_conf = spec.slurm_conf
     oci_conf = RuntimeSettings(**spec.runtime)
     log.sinks.update(_logger(spec, environ, {"stderr": oci_conf.stdio_debug,
@@ -82,6 +83,23 @@ def _prepare(spec: AnchorSpec, log: Logger) -> Lifecycle:
         log.warning(ignored_warning(name), variable=name)
     return Lifecycle(SupervisedContainer(spec, bundle, hooks, environ, log), backend, job_opts,
                      alloc_timeout)
+
+
+def _with_engine_request(environ: dict[str, str], bundle: BundleInfo,
+                         log: Logger) -> dict[str, str]:
+    """`environ` with what the engine's flags ask of the job (oci/resources.py), where no
+    explicit SCRUN_* variable says otherwise (each one that does is logged)."""
+    from scrun_py.oci.resources import Requested, apply_engine_request, override_message
+
+    request = [Requested(*r) for r in bundle.engine_request]
+    environ, overrides = apply_engine_request(environ, request)
+    for o in overrides:
+        log.info(override_message(o), variable=o.explicit)
+    for req in request:
+        if req not in [o.requested for o in overrides]:
+            log.info(f"the job is asked for {req.var}={req.value} by the engine's {req.source}",
+                     variable=req.var)
+    return environ
 
 
 def _run(spec: AnchorSpec, log: Logger, holder: NsHolder | str = "") -> int:

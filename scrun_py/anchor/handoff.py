@@ -37,6 +37,8 @@ class BundleInfo(NamedTuple):
     rootfs: str
     config: ConfigInfo
     imported_env: dict[str, str] = {}  # noqa: RUF012 - read only
+    # oci/resources.py engine_request: [var, value, engine flag] of linux.resources
+    engine_request: list[list[str]] = []  # noqa: RUF012 - read only
 
     @property
     def config_file(self) -> str:
@@ -45,7 +47,7 @@ class BundleInfo(NamedTuple):
     def to_dict(self) -> dict[str, Any]:
         config = {**self.config._asdict(), "process": self.config.process._asdict()}
         return {"path": str(self.path), "rootfs": str(self.rootfs), "config": config,
-                "imported_env": self.imported_env}
+                "imported_env": self.imported_env, "engine_request": self.engine_request}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> BundleInfo:
@@ -54,7 +56,8 @@ class BundleInfo(NamedTuple):
                    config=ConfigInfo(ociVersion=cfg["ociVersion"],
                                      process=ProcessInfo(**cfg["process"]),
                                      annotations=dict(cfg["annotations"])),
-                   imported_env=dict(d["imported_env"]))
+                   imported_env=dict(d["imported_env"]),
+                   engine_request=[list(r) for r in d.get("engine_request", [])])
 
 
 class RuntimeSettings(NamedTuple):

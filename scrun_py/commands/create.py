@@ -214,6 +214,7 @@ def _bundle_info(inv: Invocation, container_id: str, loaded: Bundle,
     """What the anchor gets of the bundle: config.json's process.env only as far as the
     trust rule lets it steer scrun-py and Slurm (each refused name is logged)."""
     from scrun_py.oci.bundle import program_in_rootfs
+    from scrun_py.oci.resources import engine_request
 
     imported, refused = site_trust.split_env(loaded.config.process.env)
     for name in refused:
@@ -225,7 +226,8 @@ def _bundle_info(inv: Invocation, container_id: str, loaded: Bundle,
                           process=ProcessInfo(args=program_in_rootfs(
                               list(process.args), process.env, loaded.rootfs, process.cwd),
                                               terminal=loaded.config.process.terminal),
-                          annotations=dict(loaded.config.annotations)))
+                          annotations=dict(loaded.config.annotations)),
+        engine_request=[list(r) for r in engine_request(loaded.raw)])
 
 
 def _apply_policy(inv: Invocation, container_id: str, loaded: Bundle,

@@ -394,6 +394,70 @@ class TestEngines:
 N_LOAD = 20
 
 
+#: rootless podman on cgroup v1 writes no linux.resources, and says so
+V1_ROOTLESS = "Resource limits are not supported and ignored on cgroups V1 rootless systems"
+
+
+class TestResources:
+    """`--cpus` and `--memory` are the job's CPUs and memory (oci/resources.py), but
+    where the engine drops them (rootless podman on cgroup v1: the job is Slurm's default,
+    `-e SCRUN_*` is the way there)."""
+
+    @staticmethod
+    def _dropped(engine: Engine, res: subprocess.CompletedProcess[str]) -> bool:
+        if V1_ROOTLESS not in res.stderr:
+            return False
+        assert (engine.name, engine.user.uid != 0) == ("podman", True), res.stderr
+        return True
+
+    def _job_of(self, engine: Engine, name: str) -> dict[str, str]:
+        wait_until(lambda: "job=" in engine.logs(name), "the job id in the logs")
+        job = re.search(r"job=(\d+)", engine.logs(name))
+        assert job, engine.logs(name)
+        return scontrol_job(int(job.group(1)))
+
+    def test_cpus_and_memory_become_the_jobs_request(self, engine: Engine) -> None:
+        name = _name("res")
+        res = engine.run("-d", "--name", name, "--cpus", "1.5", "--memory", "300m",
+                         engine.image, "sh", "-c", "echo job=$SLURM_JOB_ID; sleep 60")
+        try:
+            assert 0 == res.returncode, res.stderr
+            fields = self._job_of(engine, name)
+            # 1.5 CPUs: rounded up to 2; 300 MiB per node
+            got = (fields["NumCPUs"], fields["MinMemoryNode"])
+            if self._dropped(engine, res):  # Slurm's default: one CPU, no memory asked
+                assert "1" == got[0] and "300M" != got[1], fields
+            else:
+                assert ("2", "300M") == got, fields
+        finally:
+            engine.rm_force(name)
+
+    def test_an_explicit_variable_wins(self, engine: Engine) -> None:
+        name = _name("resx")
+        res = engine.run("-d", "--name", name, "--cpus", "2", "--memory", "300m",
+                         "-e", "SCRUN_CPUS_PER_TASK=1", engine.image, "sh", "-c",
+                         "echo job=$SLURM_JOB_ID; sleep 60")
+        try:
+            assert 0 == res.returncode, res.stderr
+            fields = self._job_of(engine, name)
+            assert "1" == fields["NumCPUs"], fields
+            if not self._dropped(engine, res):
+                assert "300M" == fields["MinMemoryNode"], fields
+        finally:
+            engine.rm_force(name)
+
+    def test_memory_no_node_has_fails_at_create(self, engine: Engine) -> None:
+        """`--memory 900g` on nodes of a few GB: `run` fails with Slurm's reason, and no
+        job, anchor or file is left (the fixture checks)."""
+        res = engine.run("--rm", "--memory", "900g", engine.image, "true", timeout=60)
+        if self._dropped(engine, res):
+            assert 0 == res.returncode, res.stderr
+            return
+        assert res.returncode in (125, 126), (res.returncode, res.stderr)
+        assert "job allocation failed" in res.stderr
+        assert "Memory specification can not be satisfied" in res.stderr, res.stderr
+
+
 class TestEngineLoad:
     @pytest.mark.case("L-03")
     def test_twenty_concurrent_rootless_podman_runs(self, rootless_podman: Engine) -> None:
