@@ -23,8 +23,6 @@
 # - the image: tests/podman-systest/testimage.sh, imported as quay.io/libpod/testimage:TAG
 #   (the tag of the release's helpers.bash); no registry is used.
 #
-# SCRUN_SYSTEST_WORK=DIR: the store, wrappers and results there instead of under the
-# cluster's state (scripts/test.sh runs crun's half beside other tests in one of its own).
 # SCRUN_SYSTEST_CRUN_RESULTS=DIR takes crun's TAP from DIR (results/crun of an earlier run
 # on this machine: crun's results depend on podman, crun and the image, not on Slurm)
 # instead of running crun again: scripts/test.sh runs crun once, with the first release.
@@ -44,7 +42,7 @@ set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 STATE=${SCRUN_TEST_STATE:-/var/lib/scrun-py-test}
 CACHE=${SCRUN_PODMAN_SYSTEST_CACHE:-/var/cache/scrun-py-test/podman-systest}
-WORK=${SCRUN_SYSTEST_WORK:-$STATE/podman-systest}
+WORK=$STATE/podman-systest
 ALLOW=$REPO/tests/podman-systest/allow-list
 FILES="030-run 040-ps 045-start 050-stop 055-rm 075-exec 080-pause 130-kill"
 RUNTIMES="crun slurm"

@@ -149,50 +149,30 @@ run_multinode_on() {  # RELEASE [pytest args...]: the release's 3-node cluster
     wait_fg
 }
 
-# crun's TAP of podman's system tests, run once, in the background beside the first
-# release's one-node tests (crun's results do not depend on Slurm, and the tests mostly
-# wait on Slurm): each release's run takes it and runs the suite with scrun-py only
+# crun's TAP of this run's first podman system tests: the releases after it take it
+# (crun's results do not depend on Slurm) and run the suite with scrun-py only
 SYSTEST_CRUN=""
-SYSTEST_CRUN_PID=""
-SYSTEST_CRUN_LOG=""
-systest() { [ -z "${SCRUN_TEST_DRY_RUN:-}" ] && [ "${SCRUN_PODMAN_SYSTEST:-1}" = 1 ]; }
-start_crun_systest() {  # RELEASE: its cluster is up (the engines' containers.conf)
-    systest || return 0
-    local work=/var/tmp/scrun-py-test/systest-crun-$$
-    rm -rf "$work"
-    mkdir -p "$work"
-    SYSTEST_CRUN=$work/results/crun
-    SYSTEST_CRUN_LOG=$work.log
-    (
-        eval "$("$REPO/scripts/cluster.sh" env --slurm "$1" | sed 's/^/export /')"
-        export SCRUN_SYSTEST_WORK=$work
-        exec setsid nice -n 19 "$REPO/scripts/podman-systest.sh" --runtimes crun
-    ) </dev/null >"$SYSTEST_CRUN_LOG" 2>&1 &
-    SYSTEST_CRUN_PID=$!
-    echo "[test] podman's system tests with crun in the background (log: $SYSTEST_CRUN_LOG)" >&2
-}
-wait_crun_systest() {  # its log into ours; fails when crun's half did not run to its end
-    [ -n "$SYSTEST_CRUN_PID" ] || return 0
-    local rc=0
-    wait "$SYSTEST_CRUN_PID" || rc=$?
-    SYSTEST_CRUN_PID=""
-    cat "$SYSTEST_CRUN_LOG" >&2
-    [ "$rc" = 0 ] || echo "[test] podman's system tests with crun: exit $rc" >&2
-    return "$rc"
-}
-run_podman_systest_on() {  # RELEASE: podman's own system tests with scrun-py, beside crun's
-    systest || return 0
-    wait_crun_systest || return 1
+run_podman_systest_on() {  # RELEASE: podman's own system tests, crun beside scrun-py
+    [ -z "${SCRUN_TEST_DRY_RUN:-}" ] && [ "${SCRUN_PODMAN_SYSTEST:-1}" = 1 ] || return 0
     # the cluster as "up" leaves it (idempotent): a daemon the suite before stopped and
     # did not bring back is started again, rather than failing every podman test
     "$REPO/scripts/cluster.sh" up --slurm "$1"
+    local state rc=0
+    state=$("$REPO/scripts/cluster.sh" env --slurm "$1" | sed -n 's/^SCRUN_TEST_STATE=//p')
     (
         eval "$("$REPO/scripts/cluster.sh" env --slurm "$1" | sed 's/^/export /')"
-        export SCRUN_SYSTEST_CRUN_RESULTS=$SYSTEST_CRUN
+        if [ -n "$SYSTEST_CRUN" ]; then export SCRUN_SYSTEST_CRUN_RESULTS=$SYSTEST_CRUN; fi
         exec "$REPO/scripts/podman-systest.sh"
     ) <&0 &
     FG=$!
-    wait_fg
+    wait_fg || rc=$?
+    if [ -z "$SYSTEST_CRUN" ] && [ -d "$state/podman-systest/results/crun" ]; then
+        SYSTEST_CRUN=/var/tmp/scrun-py-test/systest-crun-$$
+        rm -rf "$SYSTEST_CRUN"
+        mkdir -p /var/tmp/scrun-py-test
+        cp -r "$state/podman-systest/results/crun" "$SYSTEST_CRUN"
+    fi
+    return "$rc"
 }
 
 down_release() {  # RELEASE: its clusters, once its tests are done (memory for the next)
@@ -225,12 +205,7 @@ cleanup() {
         kill -TERM -- -"$PREBUILD" 2>/dev/null
         wait "$PREBUILD" 2>/dev/null
     fi
-    if [ -n "$SYSTEST_CRUN_PID" ]; then
-        # its session: the script, bats and the podman it runs (the script sweeps its store)
-        kill -TERM -- -"$SYSTEST_CRUN_PID" 2>/dev/null
-        wait "$SYSTEST_CRUN_PID" 2>/dev/null
-    fi
-    [ -z "$SYSTEST_CRUN" ] || rm -rf "${SYSTEST_CRUN%/results/crun}" "$SYSTEST_CRUN_LOG"
+    [ -z "$SYSTEST_CRUN" ] || rm -rf "$SYSTEST_CRUN"
     "$REPO/scripts/cluster.sh" down --all || echo "[test] cluster.sh down --all failed" >&2
     "$REPO/scripts/leftovers.sh" --kill || rc=$((rc == 0 ? 1 : rc))
     if [ -n "$SCRUN_PY_TEST_CGROUP" ]; then
@@ -287,8 +262,6 @@ if [ "${SCRUN_PREBUILD:-1}" = 1 ] && [ ${#RELEASES[@]} -gt 1 ]; then
     PREBUILD=$!
     echo "[test] building ${order[*]} in the background (log: /var/tmp/scrun-py-test/prebuild.log)" >&2
 fi
-"$REPO/scripts/cluster.sh" up --slurm "${RELEASES[0]}"
-start_crun_systest "${RELEASES[0]}"
 run_on "${RELEASES[0]}" "$@" || rc=$?
 run_podman_systest_on "${RELEASES[0]}" || rc=$?
 run_multinode_on "${RELEASES[0]}" "$@" || rc=$?
