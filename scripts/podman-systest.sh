@@ -23,9 +23,14 @@
 # - the image: tests/podman-systest/testimage.sh, imported as quay.io/libpod/testimage:TAG
 #   (the tag of the release's helpers.bash); no registry is used.
 #
-# SCRUN_SYSTEST_CRUN_RESULTS=DIR takes crun's TAP from DIR (results/crun of an earlier run
-# on this machine: crun's results depend on podman, crun and the image, not on Slurm)
-# instead of running crun again: scripts/test.sh runs crun once, with the first release.
+# crun is the baseline: a test that fails with scrun-py is a failure only if it passes with
+# crun.  So scrun-py runs every file first, and crun then runs only the files in which
+# scrun-py failed a test that is not on the allow-list (none, on a good run);
+# SCRUN_SYSTEST_CRUN=all runs crun on every file, before scrun-py, as well.
+# SCRUN_SYSTEST_CRUN_RESULTS=DIR takes crun's TAP of a file from DIR when DIR has it
+# (results/crun of an earlier run on this machine: crun's results depend on podman, crun
+# and the image, not on Slurm) instead of running crun again: scripts/test.sh passes the
+# first release's to the next.
 #
 # Each bats file runs with each runtime (TAP), under flock on $SCRUN_SYSTEST_LOCK when that
 # is set (taken per file, so that others sharing the machine get turns between files).
@@ -50,6 +55,7 @@ REPORT=0
 # a bats file that runs longer is stopped (and the run fails)
 FILE_TIMEOUT=${SCRUN_SYSTEST_FILE_TIMEOUT:-900}
 LOCK=${SCRUN_SYSTEST_LOCK:-}
+CRUN_MODE=${SCRUN_SYSTEST_CRUN:-failed}
 
 log() { printf '[podman-systest] %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
@@ -64,10 +70,16 @@ while [ $# -gt 0 ]; do
 done
 
 # ---------------------------------------------------------------------------------------
+# the files each runtime ran: crun's are set once scrun-py has run (run_crun_where_needed)
+CRUN_FILES=$FILES
+files_of() {  # RUNTIME
+    if [ "$1" = crun ]; then echo "$CRUN_FILES"; else echo "$FILES"; fi
+}
+
 # the results: "FILE<TAB>STATUS<TAB>NAME" per test, STATUS ok, fail or skip
 results() {  # RUNTIME
     local f
-    for f in $FILES; do
+    for f in $(files_of "$1"); do
         awk -v f="$f.bats" '
             /^1\.\.[0-9]+$/ {plan = substr($0, 4)}
             /^(not )?ok [0-9]+ / {
@@ -92,19 +104,26 @@ allowed() {  # FILE NAME: the allow-list's reason for the test, if any
 }
 
 report() {  # the counts and the comparison of the TAP in $WORK/results; false on a failure
-    local rc=0 rt f st name reason n_bad n_allowed
+    local rc=0 rt f st name reason n_bad n_allowed crun
     for rt in $RUNTIMES; do
-        log "$rt: $(counts "$rt") (files: $FILES)"
+        if [ -z "$(files_of "$rt")" ]; then
+            log "$rt: not run (scrun-py failed no test outside the allow-list)"
+            continue
+        fi
+        log "$rt: $(counts "$rt") (files: $(files_of "$rt" | xargs))"
     done
     if [[ " $RUNTIMES " == *" crun "* && " $RUNTIMES " == *" slurm "* ]]; then
         local -A CRUN
         while IFS=$'\t' read -r f st name; do CRUN["$f	$name"]=$st; done < <(results crun)
         n_bad=0 n_allowed=0
         while IFS=$'\t' read -r f st name; do
-            if [ "${CRUN["$f	$name"]:-}" = ok ] && [ "$st" = fail ]; then
+            # a file crun did not run: its failures with scrun-py are all on the allow-list
+            crun=${CRUN["$f	$name"]:-}
+            [[ " $CRUN_FILES " == *" ${f%.bats} "* ]] || crun=ok
+            if [ "$crun" = ok ] && [ "$st" = fail ]; then
                 reason=$(allowed "$f" "$name")
                 if [ -n "$reason" ]; then
-                    log "allowed: $f: $name (passes with crun, fails with scrun-py: $reason)"
+                    log "allowed: $f: $name (fails with scrun-py: $reason)"
                     n_allowed=$((n_allowed + 1))
                 else
                     log "FAILED: $f: $name (passes with crun, fails with scrun-py)"
@@ -129,7 +148,11 @@ report() {  # the counts and the comparison of the TAP in $WORK/results; false o
     return "$rc"
 }
 
-if [ "$REPORT" = 1 ]; then report; exit; fi
+case "$CRUN_MODE" in failed|all) ;; *) die "SCRUN_SYSTEST_CRUN must be failed or all, not $CRUN_MODE" ;; esac
+if [ "$REPORT" = 1 ]; then
+    CRUN_FILES=$(for f in $FILES; do [ ! -f "$WORK/results/crun/$f.tap" ] || echo "$f"; done | xargs)
+    report; exit
+fi
 [ "$(id -u)" = 0 ] || die "run as root"
 [ -n "${SLURM_CONF:-}" ] || die "no SLURM_CONF: export the cluster's environment (scripts/cluster.sh env)"
 command -v podman >/dev/null || die "podman is not installed"
@@ -313,24 +336,44 @@ run_file() {  # RUNTIME FILE: the bats file's TAP into results/RUNTIME/FILE.tap
 }
 
 CRUN_FROM=${SCRUN_SYSTEST_CRUN_RESULTS:-}
-run_both() {  # FILE: the file with each runtime (crun's TAP taken from CRUN_FROM, if set)
-    local rt
-    for rt in $RUNTIMES; do
-        if [ "$rt" = crun ] && [ -n "$CRUN_FROM" ]; then
-            mkdir -p "$WORK/results/crun"
-            cp "$CRUN_FROM/$1.tap" "$WORK/results/crun/$1.tap" 2>/dev/null ||
-                echo "not ok 0 $1.bats: no TAP of crun in $CRUN_FROM" > "$WORK/results/crun/$1.tap"
-            log "$1.bats with crun: the TAP of $CRUN_FROM"
-            continue
-        fi
-        run_file "$rt" "$1"
-    done
+run_crun() {  # FILE: crun's TAP of the file (taken from CRUN_FROM when it has it)
+    if [ -n "$CRUN_FROM" ] && [ -f "$CRUN_FROM/$1.tap" ]; then
+        mkdir -p "$WORK/results/crun"
+        cp "$CRUN_FROM/$1.tap" "$WORK/results/crun/$1.tap"
+        log "$1.bats with crun: the TAP of $CRUN_FROM"
+        return 0
+    fi
+    run_file crun "$1"
+}
+
+needs_crun() {  # FILE: true if scrun-py failed a test of it that is not on the allow-list
+    local f st name
+    while IFS=$'\t' read -r f st name; do
+        [ "$f" = "$1.bats" ] && [ "$st" = fail ] && [ -z "$(allowed "$f" "$name")" ] && return 0
+    done < <(FILES=$1 results slurm)
+    return 1
 }
 
 mkdir -p "$WORK/tmp-bats"
 rm -rf "$WORK/results"
 t_all=$SECONDS
-for f in $FILES; do locked run_both "$f"; done
+has_crun=0 has_slurm=0
+[[ " $RUNTIMES " != *" crun "* ]] || has_crun=1
+[[ " $RUNTIMES " != *" slurm "* ]] || has_slurm=1
+if [ "$has_crun" = 1 ] && { [ "$CRUN_MODE" = all ] || [ "$has_slurm" = 0 ]; }; then
+    for f in $FILES; do locked run_crun "$f"; done
+fi
+if [ "$has_slurm" = 1 ]; then
+    for f in $FILES; do locked run_file slurm "$f"; done
+    if [ "$has_crun" = 1 ] && [ "$CRUN_MODE" = failed ]; then
+        CRUN_FILES=""
+        for f in $FILES; do
+            needs_crun "$f" || continue
+            CRUN_FILES="$CRUN_FILES${CRUN_FILES:+ }$f"
+            locked run_crun "$f"
+        done
+    fi
+fi
 rc=0
 report || rc=1
 log "wall time of the bats runs: $((SECONDS - t_all)) s"

@@ -149,8 +149,9 @@ run_multinode_on() {  # RELEASE [pytest args...]: the release's 3-node cluster
     wait_fg
 }
 
-# crun's TAP of this run's first podman system tests: the releases after it take it
-# (crun's results do not depend on Slurm) and run the suite with scrun-py only
+# crun's TAP of the files this run's first podman system tests ran with crun (only those
+# in which scrun-py failed a test off the allow-list): the releases after it take them
+# (crun's results do not depend on Slurm) rather than running crun on them again
 SYSTEST_CRUN=""
 run_podman_systest_on() {  # RELEASE: podman's own system tests, crun beside scrun-py
     [ -z "${SCRUN_TEST_DRY_RUN:-}" ] && [ "${SCRUN_PODMAN_SYSTEST:-1}" = 1 ] || return 0
